@@ -1,0 +1,127 @@
+// Command rxevm runs a command inside a throwaway qemu VM booted from the
+// host's Debian kernel, with a soft-RoCE topology built before it starts.
+// It is usable as `go test -exec rxevm`. See docs/rxevm.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rivet-hpc/rivet/internal/vm"
+)
+
+// Exit statuses of the runner itself, chosen not to clash with the usual
+// meanings of a command's own statuses (as timeout(1) and env(1) do).
+const (
+	exitTimeout = 124
+	exitRunner  = 125
+)
+
+const usage = `usage: rxevm [flags] [--] command [args...]
+
+Runs command inside a throwaway qemu VM booted from the host's kernel and
+returns its exit status. The guest sees the host's root file system
+read-only with a tmpfs overlay (writes vanish with the VM), the same
+working directory and environment, and the chosen network topology.
+stdout and stderr stream back separately as the command writes them.
+
+Use it for go test:  go test -exec 'rxevm -topology rxe' ./...
+
+Topologies:
+  none  loopback only
+  rxe   veth va/vb, 192.0.2.1 on va, soft-RoCE device rxe0 on va
+  rxe2  rxe plus 192.0.2.2 on vb and rxe1 on vb
+The command gets RXEVM_TOPOLOGY and RIVET_RXE_DEVICES (e.g. "rxe0,rxe1").
+
+Exit status: the command's own; 128+N if signal N killed it; 124 on
+timeout; 125 if the runner failed (bad flags, no kernel or qemu, topology
+not built, VM died without a status).
+
+Flags (each also settable through the environment variable shown):
+`
+
+func main() {
+	if vm.IsAgent() {
+		vm.Agent()
+	}
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(argv []string) int {
+	fs := flag.NewFlagSet("rxevm", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	env := func(name, def string) string {
+		if v := os.Getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	topology := fs.String("topology", env("RXEVM_TOPOLOGY", "none"), "network `topology`: none, rxe, rxe2 ($RXEVM_TOPOLOGY)")
+	kernel := fs.String("kernel", env("RXEVM_KERNEL", ""), "kernel `version or vmlinuz path`; default the newest in /boot with modules ($RXEVM_KERNEL)")
+	qemu := fs.String("qemu", env("RXEVM_QEMU", "qemu-system-x86_64"), "qemu `binary` ($RXEVM_QEMU)")
+	cache := fs.String("cache", vm.DefaultCacheDir(), "`directory` for cached initramfs images and probe results ($RXEVM_CACHE)")
+	timeout := fs.Duration("timeout", durationEnv("RXEVM_TIMEOUT", 10*time.Minute), "kill the VM after this `duration`; 0 means never ($RXEVM_TIMEOUT)")
+	accel := fs.String("accel", env("RXEVM_ACCEL", "auto"), "`accelerator`: auto (probe KVM once, else TCG), kvm, tcg ($RXEVM_ACCEL)")
+	mem := fs.String("m", env("RXEVM_MEM", "2G"), "guest `memory` ($RXEVM_MEM)")
+	cpus := fs.Int("smp", 2, "guest `vCPUs`")
+	quiet := fs.Bool("q", false, "do not print the topology banner on stderr")
+	verbose := fs.Bool("v", false, "print kernel, accelerator and timings on stderr")
+	if err := fs.Parse(argv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitRunner
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "rxevm: no command given (see rxevm -help)")
+		return exitRunner
+	}
+	topo, err := vm.ParseTopology(*topology)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rxevm:", err)
+		return exitRunner
+	}
+	wd, _ := os.Getwd()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	res, err := vm.Run(ctx, vm.Config{
+		Args: fs.Args(), Env: os.Environ(), Dir: wd, Topology: topo,
+		Kernel: *kernel, QEMU: *qemu, CacheDir: *cache, Timeout: *timeout,
+		Accel: vm.Accel(*accel), Memory: *mem, CPUs: *cpus, Quiet: *quiet,
+		Stdout: os.Stdout, Stderr: os.Stderr,
+	})
+	if *verbose {
+		fmt.Fprintf(os.Stderr, "rxevm: kernel %s, accel %s, guest boot %v, total %v\n",
+			res.Kernel, res.Accel, res.Boot.Round(time.Millisecond), res.Total.Round(time.Millisecond))
+	}
+	switch {
+	case errors.Is(err, vm.ErrTimeout):
+		fmt.Fprintln(os.Stderr, "rxevm:", err)
+		return exitTimeout
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "rxevm:", strings.TrimSpace(err.Error()))
+		return exitRunner
+	case res.Signal != 0:
+		fmt.Fprintf(os.Stderr, "rxevm: %s: killed by signal %d (%v)\n", fs.Arg(0), int(res.Signal), res.Signal)
+	}
+	return res.Status()
+}
+
+func durationEnv(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}

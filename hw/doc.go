@@ -1,0 +1,9 @@
+// Package hw discovers RDMA hardware and watches it: devices and their
+// uverbs character devices, ports, GID tables, soft-RoCE (rxe) links, and a
+// stream of link and port events.
+//
+// It reads sysfs (/sys/class/infiniband, /sys/class/infiniband_verbs), asks
+// the uverbs device for what sysfs does not show (port MTUs, as ibv_devinfo
+// does), and talks netlink for rxe links and link events. Nothing here needs
+// cgo or libibverbs.
+package hw

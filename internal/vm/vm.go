@@ -1,0 +1,133 @@
+// Package vm runs a command inside a throwaway qemu virtual machine booted
+// from the host's own Debian kernel, with an optional soft-RoCE topology set
+// up before the command starts. It is the engine behind cmd/rxevm.
+//
+// The guest sees the host's root file system read-only over 9p with a tmpfs
+// overlay on top: the command finds every binary, library and source file
+// where it is on the host (including go test binaries under /tmp), may write
+// anywhere, and leaves no trace. The command's stdout and stderr are streamed
+// back separately over two serial ports; its exit status comes back through
+// a small read-write share.
+package vm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Errors returned by Run. Each is wrapped with detail; test with errors.Is.
+var (
+	// ErrTimeout means the command did not finish within Config.Timeout.
+	ErrTimeout = errors.New("timed out")
+	// ErrNoStatus means the VM stopped without reporting the command's
+	// status: a kernel panic, an init failure, or qemu itself failing.
+	ErrNoStatus = errors.New("VM stopped without an exit status")
+	// ErrTopology means the requested topology could not be built.
+	ErrTopology = errors.New("topology could not be built")
+	// ErrNoQEMU means the qemu binary was not found.
+	ErrNoQEMU = errors.New("qemu not found")
+)
+
+// Topology names a network set-up that is built inside the VM before the
+// command runs.
+type Topology string
+
+// The topologies. Addresses come from TEST-NET-1 (RFC 5737) and exist only
+// inside the VM.
+const (
+	// TopologyNone brings up loopback only.
+	TopologyNone Topology = "none"
+	// TopologyRXE creates the veth pair va/vb with 192.0.2.1 on va and one
+	// soft-RoCE device rxe0 on va. Processes talk over loopback RC.
+	TopologyRXE Topology = "rxe"
+	// TopologyRXE2 is TopologyRXE plus 192.0.2.2 on vb and rxe1 on vb: two
+	// devices at the two ends of a veth pair.
+	TopologyRXE2 Topology = "rxe2"
+)
+
+// Topologies lists every valid topology.
+var Topologies = []Topology{TopologyNone, TopologyRXE, TopologyRXE2}
+
+// ParseTopology validates a topology name.
+func ParseTopology(s string) (Topology, error) {
+	for _, t := range Topologies {
+		if string(t) == s {
+			return t, nil
+		}
+	}
+	names := make([]string, len(Topologies))
+	for i, t := range Topologies {
+		names[i] = string(t)
+	}
+	return "", fmt.Errorf("unknown topology %q (want one of: %s)", s, strings.Join(names, ", "))
+}
+
+// Accel selects how qemu executes the guest.
+type Accel string
+
+const (
+	// AccelAuto probes KVM once per kernel and qemu (the result is cached)
+	// and falls back to TCG when a guest does not boot with it.
+	AccelAuto Accel = "auto"
+	AccelKVM  Accel = "kvm"
+	AccelTCG  Accel = "tcg"
+)
+
+// Config describes one run.
+type Config struct {
+	Args     []string      // the command and its arguments; Args[0] is looked up in the guest's PATH
+	Env      []string      // the command's environment
+	Dir      string        // the command's working directory; must be visible in the guest
+	Topology Topology      // network set-up before the command; "" means TopologyNone
+	Kernel   string        // kernel version or vmlinuz path; "" picks the newest installed
+	QEMU     string        // qemu binary; "" means qemu-system-x86_64 from PATH
+	CacheDir string        // where initramfs images and probe results are kept
+	Timeout  time.Duration // 0 means no limit
+	Accel    Accel         // "" means AccelAuto
+	Memory   string        // guest memory, qemu syntax; "" means 2G
+	CPUs     int           // guest vCPUs; 0 means 2
+	Quiet    bool          // suppress the topology banner on stderr
+
+	Stdout io.Writer // the command's standard output
+	Stderr io.Writer // the command's standard error, and the runner's notes
+}
+
+// Result is how the command ended.
+type Result struct {
+	ExitCode int            // the exit code, when Signal is 0
+	Signal   syscall.Signal // the signal that killed the command, or 0
+	Accel    Accel          // the accelerator used
+	Kernel   string         // the kernel version booted
+	Boot     time.Duration  // from qemu start to the guest agent running (guest clock)
+	Total    time.Duration  // the whole run, as the host saw it
+}
+
+// Status is the exit status a shell would report: the exit code, or
+// 128+N for a command killed by signal N.
+func (r Result) Status() int {
+	if r.Signal != 0 {
+		return 128 + int(r.Signal)
+	}
+	return r.ExitCode
+}
+
+// spec is what the host hands to the guest agent (spec.json in the share).
+type spec struct {
+	Args     []string
+	Env      []string
+	Dir      string
+	Topology Topology
+	Quiet    bool
+}
+
+// status is what the agent hands back (status.json in the share).
+type status struct {
+	Exit      int
+	Signal    int
+	Setup     string // non-empty: the topology or the command could not be set up
+	BootNanos int64  // guest uptime when the agent started
+}
