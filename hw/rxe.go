@@ -15,6 +15,9 @@ const maxDeviceName = 63
 
 // AddRXE creates a soft-RoCE device called name on netdev, like
 // `rdma link add NAME type rxe netdev NETDEV`. It needs CAP_NET_ADMIN.
+// The error wraps ErrNotFound for a missing netdev, os.ErrExist for a taken
+// name or a netdev that already has an rxe device, and os.ErrPermission
+// without the capability.
 func AddRXE(name, netdev string) error {
 	if name == "" || len(name) > maxDeviceName {
 		return fmt.Errorf("rxe add: invalid device name %q (1 to %d bytes)", name, maxDeviceName)
@@ -33,7 +36,10 @@ func AddRXE(name, netdev string) error {
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
 		return fmt.Errorf("rxe add %s: %w (needs CAP_NET_ADMIN: run as root)", name, err)
 	case errors.Is(err, unix.EEXIST):
-		return fmt.Errorf("rxe add %s: %w (the name is taken, or %s already has an rxe device)", name, err, netdev)
+		return fmt.Errorf("rxe add %s: %w: netdev %s already has an rxe device (%w)", name, os.ErrExist, netdev, err)
+	case errors.Is(err, unix.ENFILE):
+		// ib_register_device reports a name in use as ENFILE.
+		return fmt.Errorf("rxe add %s: %w: the device name is taken (%w)", name, os.ErrExist, err)
 	case errors.Is(err, unix.EINVAL):
 		// The kernel answers EINVAL when no "rxe" link type is registered,
 		// i.e. rdma_rxe is not loaded and could not be auto-loaded.

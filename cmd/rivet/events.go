@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/rivet-hpc/rivet/hw"
+)
+
+func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rivet events", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object per event")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return errUsage
+	}
+	events, err := hw.Watch(ctx)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	for e := range events {
+		if e.Kind == hw.EventError {
+			return e.Err
+		}
+		if *asJSON {
+			enc.Encode(struct {
+				Kind string
+				hw.Event
+			}{e.Kind.String(), e})
+			continue
+		}
+		fmt.Fprintf(stdout, "%s %s\n", e.Time.Format(time.RFC3339Nano), e)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+// Command rivet is Rivet's command-line tool: it shows RDMA devices, manages
+// soft-RoCE links and watches link and port events.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: rivet <command> [arguments]
+
+Commands:
+  devices [-json]          list RDMA devices, ports and GIDs (like ibv_devinfo -v)
+  rxe add NAME NETDEV      create a soft-RoCE device on a netdev (root)
+  rxe del NAME             delete a soft-RoCE device (root)
+  events [-json]           print link and port events until interrupted
+
+Run "rivet <command> -h" for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one rivet command and returns the process exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "devices":
+		err = devicesCmd(args[1:], stdout, stderr)
+	case "rxe":
+		err = rxeCmd(args[1:], stdout)
+	case "events":
+		err = eventsCmd(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "rivet: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	if err == errUsage {
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rivet:", err)
+		return 1
+	}
+	return 0
+}

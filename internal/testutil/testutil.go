@@ -1,0 +1,79 @@
+// Package testutil holds helpers shared by Rivet's tests: gating tests that
+// need soft-RoCE, and checking that a test leaks no file descriptors.
+package testutil
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// RequireEnv is set (to 1) by the test script for runs inside rxevm. It turns
+// every "no RDMA here" skip into a failure, so a test that should run on
+// soft-RoCE can never be counted as passing by being skipped.
+const RequireEnv = "RIVET_REQUIRE_RDMA"
+
+// RXEDevices returns the soft-RoCE devices the VM topology built (from
+// RIVET_RXE_DEVICES, set by rxevm) and logs them, so test output shows which
+// device each test ran on. Without any, the test is skipped with the reason,
+// or fails if RIVET_REQUIRE_RDMA=1.
+func RXEDevices(t testing.TB) []string {
+	t.Helper()
+	v := os.Getenv("RIVET_RXE_DEVICES")
+	if v == "" {
+		unavailable(t, "no soft-RoCE topology: run under `rxevm -topology rxe` (see docs/rxevm.md)")
+	}
+	devs := strings.Split(v, ",")
+	t.Logf("soft-RoCE devices: %s (topology %s)", v, os.Getenv("RXEVM_TOPOLOGY"))
+	return devs
+}
+
+// RequireRoot skips (or, under RIVET_REQUIRE_RDMA=1, fails) unless root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		unavailable(t, "needs root (CAP_NET_ADMIN)")
+	}
+}
+
+// InVM reports whether the test runs inside an rxevm guest.
+func InVM() bool { return os.Getenv("RXEVM_TOPOLOGY") != "" }
+
+func unavailable(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("%s, and %s=1 forbids skipping", why, RequireEnv)
+	}
+	t.Skip(why)
+}
+
+// CheckFDs fails the test if it ends with more open file descriptors than it
+// started with. Call it first in a test that opens devices or sockets.
+func CheckFDs(t testing.TB) {
+	t.Helper()
+	before := openFDs(t)
+	t.Cleanup(func() {
+		after := openFDs(t)
+		for fd, target := range after {
+			if _, ok := before[fd]; !ok {
+				t.Errorf("leaked fd %s -> %s", fd, target)
+			}
+		}
+	})
+}
+
+func openFDs(t testing.TB) map[string]string {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("reading /proc/self/fd: %v", err)
+	}
+	m := make(map[string]string, len(ents))
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue // the directory's own fd, closed by now
+		}
+		m[e.Name()] = target
+	}
+	return m
+}
