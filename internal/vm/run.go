@@ -268,7 +268,15 @@ func consoleTail(path string, n int) string {
 	if err != nil || len(bytes.TrimSpace(b)) == 0 {
 		return ""
 	}
-	return "\nlast kernel console lines:\n" + lastLines(string(b), n)
+	// A panic's cause is above its stack trace: name it first.
+	var cause string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "Kernel panic") {
+			cause = "\n" + strings.TrimSpace(line)
+			break
+		}
+	}
+	return cause + "\nlast kernel console lines:\n" + lastLines(string(b), n)
 }
 
 func lastLines(s string, n int) string {

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests build rxevm and boot real VMs (about 6 s each under TCG).
+// Without qemu or a kernel they skip, unless RIVET_REQUIRE_VM=1 (set by the
+// test script), which makes that a failure.
+
+var rxevm string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rxevm-test-")
+	if err != nil {
+		panic(err)
+	}
+	rxevm = filepath.Join(dir, "rxevm")
+	build := exec.Command("go", "build", "-o", rxevm, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building rxevm: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func requireVM(t *testing.T) {
+	t.Helper()
+	_, qerr := exec.LookPath("qemu-system-x86_64")
+	kernels, _ := filepath.Glob("/boot/vmlinuz-*")
+	if qerr == nil && len(kernels) > 0 {
+		return
+	}
+	if os.Getenv("RIVET_REQUIRE_VM") == "1" {
+		t.Fatal("qemu-system-x86_64 or /boot/vmlinuz-* missing, and RIVET_REQUIRE_VM=1 forbids skipping")
+	}
+	t.Skip("needs qemu-system-x86 and linux-image-amd64")
+}
+
+type result struct {
+	stdout, stderr string
+	status         int
+}
+
+func runVM(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(rxevm, args...)
+	cmd.Dir = dir
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{out.String(), errb.String(), 0}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.status = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestExitStatus(t *testing.T) {
+	requireVM(t)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		status int
+		stderr string
+	}{
+		{"zero", []string{"sh", "-c", "exit 0"}, 0, ""},
+		{"nonzero", []string{"sh", "-c", "exit 7"}, 7, ""},
+		{"signal", []string{"sh", "-c", "kill -KILL $$"}, 128 + 9, "killed by signal 9"},
+		{"not-found", []string{"/no/such/program"}, 127, "/no/such/program"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runVM(t, "", append([]string{"-q"}, tc.args...)...)
+			if r.status != tc.status {
+				t.Errorf("status %d, want %d; stderr:\n%s", r.status, tc.status, r.stderr)
+			}
+			if !strings.Contains(r.stderr, tc.stderr) {
+				t.Errorf("stderr %q does not mention %q", r.stderr, tc.stderr)
+			}
+		})
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	requireVM(t)
+	start := time.Now()
+	r := runVM(t, "", "-q", "-timeout", "20s", "sleep", "600")
+	if r.status != exitTimeout || !strings.Contains(r.stderr, "timed out after 20s") {
+		t.Errorf("status %d, stderr %q; want %d and a timeout message", r.status, r.stderr, exitTimeout)
+	}
+	if d := time.Since(start); d > 40*time.Second {
+		t.Errorf("took %v to time out after 20s", d)
+	}
+}
+
+// TestStreaming checks that output arrives while the command runs, and that
+// stdout and stderr stay separate.
+func TestStreaming(t *testing.T) {
+	requireVM(t)
+	cmd := exec.Command(rxevm, "-q", "sh", "-c", "echo first; echo to-stderr >&2; sleep 4; echo second")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	var times []time.Time
+	sc := bufio.NewScanner(pipe)
+	for sc.Scan() {
+		lines, times = append(lines, sc.Text()), append(times, time.Now())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v: %s", err, errb.String())
+	}
+	if strings.Join(lines, "|") != "first|second" {
+		t.Fatalf("stdout lines %q, want first, second", lines)
+	}
+	if gap := times[1].Sub(times[0]); gap < 3*time.Second {
+		t.Errorf("first line arrived only %v before the second: output is not streamed", gap)
+	}
+	if strings.TrimSpace(errb.String()) != "to-stderr" {
+		t.Errorf("stderr = %q, want only to-stderr", errb.String())
+	}
+}
+
+// TestWorkingDirUnderTmp: the guest sees the host's working directory under
+// /tmp and the environment, may write there, and leaves nothing behind.
+func TestWorkingDirUnderTmp(t *testing.T) {
+	requireVM(t)
+	dir := t.TempDir()
+	if !strings.HasPrefix(dir, "/tmp/") {
+		t.Skipf("TMPDIR is not /tmp (%s)", dir)
+	}
+	os.WriteFile(filepath.Join(dir, "marker"), []byte("host-file\n"), 0o644)
+	cmd := exec.Command(rxevm, "-q", "sh", "-c", `pwd; cat marker; echo "$RXEVM_TEST_VAR"; echo guest > new; cat new; echo x >> /etc/rxevm-trace && echo root-writable`)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "RXEVM_TEST_VAR=from-host")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := dir + "\nhost-file\nfrom-host\nguest\nroot-writable\n"
+	if string(out) != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
+		t.Errorf("the guest's file leaked to the host: %v", err)
+	}
+	if _, err := os.Stat("/etc/rxevm-trace"); !os.IsNotExist(err) {
+		t.Errorf("the guest's write to /etc leaked to the host")
+	}
+}
+
+func TestTopologies(t *testing.T) {
+	requireVM(t)
+	for _, tc := range []struct{ topo, devices, banner string }{
+		{"none", "", "loopback only"},
+		{"rxe", "rxe0", "rxe0 on va (192.0.2.1, GID index 1 ::ffff:192.0.2.1)"},
+		{"rxe2", "rxe0,rxe1", "rxe0 on va (192.0.2.1, GID index 1 ::ffff:192.0.2.1), rxe1 on vb (192.0.2.2, GID index 1 ::ffff:192.0.2.2)"},
+	} {
+		t.Run(tc.topo, func(t *testing.T) {
+			r := runVM(t, "", "-topology", tc.topo, "sh", "-c",
+				`echo "$RXEVM_TOPOLOGY|$RIVET_RXE_DEVICES|$(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' ')|$(cat /sys/class/infiniband/*/ports/1/state 2>/dev/null | tr '\n' ' ')"`)
+			if r.status != 0 {
+				t.Fatalf("status %d: %s", r.status, r.stderr)
+			}
+			var ls, states string
+			for _, d := range strings.Split(tc.devices, ",") {
+				if d != "" {
+					ls += d + " "
+					states += "4: ACTIVE "
+				}
+			}
+			want := tc.topo + "|" + tc.devices + "|" + ls + "|" + states + "\n"
+			if r.stdout != want {
+				t.Errorf("stdout %q, want %q", r.stdout, want)
+			}
+			if r.stderr != "rxevm: topology "+tc.topo+": "+tc.banner+"\n" {
+				t.Errorf("banner missing from stderr %q", r.stderr)
+			}
+		})
+	}
+}
+
+// TestKernelPanic: a VM that dies without a status is reported as such, with
+// the end of the kernel console.
+func TestKernelPanic(t *testing.T) {
+	requireVM(t)
+	r := runVM(t, "", "-q", "sh", "-c", "echo c > /proc/sysrq-trigger; sleep 60")
+	if r.status != exitRunner || !strings.Contains(r.stderr, "VM stopped without an exit status") ||
+		!strings.Contains(r.stderr, "Kernel panic - not syncing: sysrq triggered crash") {
+		t.Errorf("status %d, stderr:\n%s", r.status, r.stderr)
+	}
+}
+
+// TestKillRunnerKillsQEMU: SIGKILL gives the runner no chance to clean up;
+// qemu must still die with it.
+func TestKillRunnerKillsQEMU(t *testing.T) {
+	requireVM(t)
+	cmd := exec.Command(rxevm, "sh", "-c", "echo up; sleep 600")
+	pipe, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(pipe)
+	if !sc.Scan() || sc.Text() != "up" {
+		t.Fatalf("VM did not come up: %q", sc.Text())
+	}
+	qemu := children(cmd.Process.Pid)
+	if len(qemu) == 0 {
+		t.Fatal("no qemu child found")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range qemu {
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("qemu (pid %d) outlived the killed runner", pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func children(ppid int) []int {
+	var pids []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, s := range stats {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so cut at ')'.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(ppid) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(s)))
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestBadInput: each mistake gives exit 125 and one clear line, before any
+// VM is booted.
+func TestBadInput(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	os.WriteFile(file, nil, 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown-topology", []string{"-topology", "mesh", "true"}, `unknown topology "mesh" (want one of: none, rxe, rxe2)`},
+		{"missing-kernel", []string{"-kernel", "/nonexistent/vmlinuz-9.9.9", "true"}, "kernel /nonexistent/vmlinuz-9.9.9: no such file or directory"},
+		{"missing-qemu", []string{"-qemu", "/nonexistent/qemu-system-x86_64", "true"}, "qemu not found: /nonexistent/qemu-system-x86_64 (apt-get install qemu-system-x86)"},
+		{"unwritable-cache", []string{"-cache", filepath.Join(file, "cache"), "true"}, "cache directory " + filepath.Join(file, "cache") + ": not a directory"},
+		{"no-command", nil, "no command given"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "unwritable-cache" {
+				requireVM(t) // needs a kernel to get as far as the cache
+			}
+			r := runVM(t, "", tc.args...)
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			if r.status != exitRunner || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Errorf("status %d, stderr:\n%s\nwant 125 and one line containing %q", r.status, r.stderr, tc.want)
+			}
+		})
+	}
+}
