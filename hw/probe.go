@@ -80,7 +80,7 @@ func probeRXE() error {
 func probeRDMANetlink() error {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_RDMA)
 	if err == unix.EPROTONOSUPPORT || err == unix.EAFNOSUPPORT {
-		return fmt.Errorf("RDMA netlink: %w (kernel built without CONFIG_INFINIBAND)", ErrNotSupported)
+		return fmt.Errorf("RDMA netlink: %w (ib_core is not loaded and could not be, or the kernel lacks CONFIG_INFINIBAND)", ErrNotSupported)
 	}
 	if err != nil {
 		return fmt.Errorf("RDMA netlink probe: %w", err)

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/hw"
+	"github.com/rivet-hpc/rivet/internal/testutil"
+)
+
+// TestMain lets the test binary act as the rivet command, so tests can run
+// the real binary (under setpriv, say) without compiling it in the VM.
+func TestMain(m *testing.M) {
+	if os.Getenv("RIVET_TEST_AS_CLI") == "1" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func rivet(args ...string) (stdout, stderr string, status int) {
+	var out, errb bytes.Buffer
+	status = run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), status
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		status int
+		want   string
+	}{
+		{nil, 2, "usage: rivet"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"rxe"}, 1, "usage: rivet rxe add NAME NETDEV"},
+		{[]string{"rxe", "add", "x"}, 1, "usage: rivet rxe add NAME NETDEV"},
+		{[]string{"devices", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"devices", "-bogus"}, 2, "flag provided but not defined"},
+	} {
+		_, stderr, status := rivet(tc.args...)
+		if status != tc.status || !strings.Contains(stderr, tc.want) {
+			t.Errorf("rivet %q: status %d, stderr %q; want %d and %q", tc.args, status, stderr, tc.status, tc.want)
+		}
+	}
+}
+
+// TestDevicesHostWithoutRDMA: on a machine without RDMA, devices says so and
+// succeeds; JSON is an empty list.
+func TestDevicesHostWithoutRDMA(t *testing.T) {
+	if testutil.InVM() {
+		t.Skip("the VM has RDMA devices")
+	}
+	if devs, _ := hw.Devices(); len(devs) > 0 {
+		t.Skip("this host has RDMA devices")
+	}
+	_, stderr, status := rivet("devices")
+	if status != 0 || !strings.Contains(stderr, "no RDMA devices found") {
+		t.Errorf("status %d, stderr %q", status, stderr)
+	}
+	out, _, status := rivet("devices", "-json")
+	if status != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("status %d, json %q", status, out)
+	}
+}
+
+// TestDevicesOnRXE runs `rivet devices` against the topology's devices.
+func TestDevicesOnRXE(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	testutil.CheckFDs(t)
+	out, stderr, status := rivet("devices")
+	if status != 0 {
+		t.Fatalf("status %d: %s", status, stderr)
+	}
+	t.Logf("rivet devices:\n%s", out)
+	for _, d := range devs {
+		if !strings.Contains(out, "hca_id:\t"+d+"\n") {
+			t.Errorf("no hca_id line for %s", d)
+		}
+	}
+	for key, want := range map[string]string{
+		"state":      "PORT_ACTIVE (4)",
+		"phys_state": "LINK_UP (5)",
+		"active_mtu": "1024 (3)",
+		"max_mtu":    "4096 (5)",
+		"link_layer": "Ethernet",
+		"GID[  1]":   "::ffff:192.0.2.1, RoCE v2",
+		"uverbs":     "/dev/infiniband/uverbs0 (ABI 2)",
+	} {
+		if got := field(out, key); got != want {
+			t.Errorf("%s: %q, want %q", key, got, want)
+		}
+	}
+
+	js, _, status := rivet("devices", "-json")
+	var parsed []struct {
+		Name  string
+		Ports []struct {
+			State, ActiveMTU string
+			GIDs             []struct{ GID, Type string }
+		}
+	}
+	if err := json.Unmarshal([]byte(js), &parsed); err != nil || status != 0 {
+		t.Fatalf("json: %v (status %d)\n%s", err, status, js)
+	}
+	if len(parsed) != len(devs) || parsed[0].Name != devs[0] || parsed[0].Ports[0].State != "ACTIVE" ||
+		parsed[0].Ports[0].ActiveMTU != "1024" {
+		t.Errorf("json = %+v", parsed)
+	}
+}
+
+// TestDevicesMatchesIbvDevinfo compares the facts with the C reference.
+func TestDevicesMatchesIbvDevinfo(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	ref, err := exec.Command("ibv_devinfo", "-v", "-d", devs[0]).Output()
+	if err != nil {
+		testutil.Unavailable(t, "ibv_devinfo (ibverbs-utils): "+err.Error())
+	}
+	out, _, _ := rivet("devices")
+	for _, key := range []string{"state", "max_mtu", "active_mtu", "link_layer", "GID[  1]", "node_guid"} {
+		if a, b := field(out, key), field(string(ref), key); a != b {
+			t.Errorf("%s: rivet %q, ibv_devinfo %q", key, a, b)
+		}
+	}
+}
+
+func TestRXEAddDelete(t *testing.T) {
+	testutil.RXEDevices(t)
+	testutil.RequireRoot(t)
+	if out, err := exec.Command("ip", "link", "add", "rvc0", "type", "veth", "peer", "name", "rvc1").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	defer exec.Command("ip", "link", "del", "rvc0").Run()
+	out, stderr, status := rivet("rxe", "add", "rvcli0", "rvc0")
+	if status != 0 || out != "added rvcli0 on rvc0\n" {
+		t.Fatalf("add: status %d, %q %q", status, out, stderr)
+	}
+	if d, err := hw.DeviceByName("rvcli0"); err != nil || d.Parent != "rvc0" {
+		t.Errorf("after add: %+v, %v", d, err)
+	}
+	out, stderr, status = rivet("rxe", "del", "rvcli0")
+	if status != 0 || out != "deleted rvcli0\n" {
+		t.Fatalf("del: status %d, %q %q", status, out, stderr)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rxe", "add", "rvcli1", "nosuch0"}, `rivet: rxe add rvcli1: netdev "nosuch0": not found`},
+		{[]string{"rxe", "del", "nosuch"}, `rivet: rxe del: RDMA device "nosuch": not found`},
+	} {
+		_, stderr, status := rivet(tc.args...)
+		if status != 1 || strings.TrimSpace(stderr) != tc.want {
+			t.Errorf("rivet %q: status %d, stderr %q; want %q", tc.args, status, stderr, tc.want)
+		}
+	}
+}
+
+// TestRXEAddNotRoot drops CAP_NET_ADMIN with setpriv and runs the real
+// binary: the error must say what is missing.
+func TestRXEAddNotRoot(t *testing.T) {
+	testutil.RXEDevices(t)
+	testutil.RequireRoot(t)
+	cmd := exec.Command("setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin", os.Args[0], "rxe", "add", "rvnr0", "lo")
+	cmd.Env = append(os.Environ(), "RIVET_TEST_AS_CLI=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "needs CAP_NET_ADMIN: run as root") {
+		t.Errorf("err %v, output %q", err, out)
+	}
+}
+
+// TestRXEAddModuleNotLoaded unloads rdma_rxe and stops the kernel from
+// loading it on demand, then restores the topology.
+func TestRXEAddModuleNotLoaded(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	testutil.RequireRoot(t)
+	parents := map[string]string{}
+	for _, d := range devs {
+		dev, err := hw.DeviceByName(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parents[d] = dev.Parent
+		if err := hw.DeleteRXE(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const modprobeKnob = "/proc/sys/kernel/modprobe"
+	oldModprobe, _ := os.ReadFile(modprobeKnob)
+	t.Cleanup(func() {
+		os.WriteFile(modprobeKnob, oldModprobe, 0o644)
+		exec.Command("modprobe", "rdma_rxe").Run()
+		for d, p := range parents {
+			if err := hw.AddRXE(d, p); err != nil {
+				t.Errorf("restoring %s: %v", d, err)
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for d := range parents {
+			for {
+				dev, err := hw.DeviceByName(d)
+				if err == nil && dev.Ports[0].State == hw.PortActive {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("%s not ACTIVE again", d)
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	})
+	if out, err := exec.Command("rmmod", "rdma_rxe").CombinedOutput(); err != nil {
+		t.Fatalf("rmmod rdma_rxe: %v: %s", err, out)
+	}
+	if err := os.WriteFile(modprobeKnob, []byte("/bin/false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, status := rivet("rxe", "add", "rvnm0", "lo")
+	want := "rivet: rxe add rvnm0: invalid argument (module rdma_rxe is not loaded: modprobe rdma_rxe)"
+	if status != 1 || strings.TrimSpace(stderr) != want {
+		t.Errorf("status %d, stderr %q; want %q", status, stderr, want)
+	}
+}
+
+// field returns the value of the first "key: value" line in ibv_devinfo-style
+// output.
+func field(s, key string) string {
+	for _, line := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
