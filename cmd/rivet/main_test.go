@@ -49,9 +49,9 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// TestDevicesHostWithoutRDMA: on a machine without RDMA, devices says so and
+// TestHostDevicesWithoutRDMA: on a machine without RDMA, devices says so and
 // succeeds; JSON is an empty list.
-func TestDevicesHostWithoutRDMA(t *testing.T) {
+func TestHostDevicesWithoutRDMA(t *testing.T) {
 	if testutil.InVM() {
 		t.Skip("the VM has RDMA devices")
 	}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs every Rivet test on a Debian 12 machine (as root): installs what is
+# missing from Debian, then go vet, the host tests with -race, and the
+# soft-RoCE suite inside a throwaway VM (cmd/rxevm). This is what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages the VM suite needs: qemu and a kernel to boot, busybox and
+# kmod to build the initramfs, xz to unpack the kernel for fast boots,
+# iproute2/rdma-core for the guest's tools, and the C reference stack
+# (libibverbs providers, ibverbs-utils, perftest) to compare against.
+packages=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod xz-utils iproute2
+	rdma-core ibverbs-providers ibverbs-utils perftest)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "== installing: ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
+	export PATH=/usr/local/go/bin:$PATH
+fi
+command -v go >/dev/null || { echo "test.sh: Go 1.21 or newer is needed (go.mod names the exact toolchain)" >&2; exit 1; }
+
+t0=$SECONDS
+echo "== go vet"
+go vet ./...
+
+echo "== host tests (-race)"
+# Includes cmd/rxevm's own tests, which boot VMs; tests that need soft-RoCE
+# skip here with a reason and run in the VM suite below.
+RIVET_REQUIRE_VM=1 go test -race -count=1 ./...
+t1=$SECONDS
+
+echo "== soft-RoCE suite in the VM"
+mkdir -p bin
+CGO_ENABLED=0 go build -o bin/rxevm ./cmd/rxevm
+# Every package whose tests use internal/testutil has soft-RoCE tests. Each
+# package's test binary boots its own VM (-p 1: one VM at a time on 2 cores).
+# Tests named TestHost* are about machines without RDMA and run only above;
+# any other skip inside the VM fails the run.
+vm_pkgs=$(go list -f '{{.ImportPath}}{{range .TestImports}} {{.}}{{end}}' ./... |
+	awk '/rivet\/internal\/testutil/ {print $1}')
+topology=${RIVET_TOPOLOGY:-rxe2}
+RIVET_REQUIRE_RDMA=1 go test -count=1 -p 1 -v -timeout 20m -skip '^TestHost' \
+	-exec "$PWD/bin/rxevm -v -topology $topology -timeout 15m" $vm_pkgs 2>&1 |
+	grep -vE '^=== (RUN|PAUSE|CONT)' |
+	awk '{print} /^--- SKIP/ {skip=1} END {if (skip) {print "test.sh: a soft-RoCE test skipped inside the VM"; exit 1}}'
+t2=$SECONDS
+echo "== done: host tests $((t1 - t0))s, VM suite $((t2 - t1))s"
