@@ -36,10 +36,10 @@ func AddRXE(name, netdev string) error {
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
 		return fmt.Errorf("rxe add %s: %w (needs CAP_NET_ADMIN: run as root)", name, err)
 	case errors.Is(err, unix.EEXIST):
-		return fmt.Errorf("rxe add %s: %w: netdev %s already has an rxe device (%w)", name, os.ErrExist, netdev, err)
+		return fmt.Errorf("rxe add %s: %w", name, &existError{"netdev " + netdev + " already has an rxe device", err})
 	case errors.Is(err, unix.ENFILE):
 		// ib_register_device reports a name in use as ENFILE.
-		return fmt.Errorf("rxe add %s: %w: the device name is taken (%w)", name, os.ErrExist, err)
+		return fmt.Errorf("rxe add %s: %w", name, &existError{"the device name is taken", err})
 	case errors.Is(err, unix.EINVAL):
 		// The kernel answers EINVAL when no "rxe" link type is registered,
 		// i.e. rdma_rxe is not loaded and could not be auto-loaded.
@@ -70,3 +70,14 @@ func DeleteRXE(name string) error {
 	}
 	return fmt.Errorf("rxe del %s: %w", name, err)
 }
+
+// existError reads as a sentence but matches os.ErrExist and the kernel's
+// errno, whose own text ("too many open files in system" for ENFILE) would
+// mislead.
+type existError struct {
+	msg   string
+	errno error
+}
+
+func (e *existError) Error() string   { return e.msg }
+func (e *existError) Unwrap() []error { return []error{os.ErrExist, e.errno} }

@@ -44,7 +44,7 @@ CGO_ENABLED=0 go build -o bin/rxevm ./cmd/rxevm
 # Tests named TestHost* are about machines without RDMA and run only above;
 # any other skip inside the VM fails the run.
 vm_pkgs=$(go list -f '{{.ImportPath}}{{range .TestImports}} {{.}}{{end}}' ./... |
-	awk '/rivet\/internal\/testutil/ {print $1}')
+	awk '{for (i = 2; i <= NF; i++) if ($i ~ /\/internal\/testutil$/) {print $1; break}}')
 topology=${RIVET_TOPOLOGY:-rxe2}
 RIVET_REQUIRE_RDMA=1 go test -count=1 -p 1 -v -timeout 20m -skip '^TestHost' \
 	-exec "$PWD/bin/rxevm -v -topology $topology -timeout 15m" $vm_pkgs 2>&1 |

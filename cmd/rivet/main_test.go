@@ -131,16 +131,37 @@ func TestDevicesMatchesIbvDevinfo(t *testing.T) {
 func TestRXEAddDelete(t *testing.T) {
 	testutil.RXEDevices(t)
 	testutil.RequireRoot(t)
-	if out, err := exec.Command("ip", "link", "add", "rvc0", "type", "veth", "peer", "name", "rvc1").CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
+	for _, args := range [][]string{
+		{"link", "add", "rvc0", "type", "veth", "peer", "name", "rvc1"},
+		{"addr", "add", "198.51.100.9/24", "dev", "rvc0"},
+		{"link", "set", "rvc0", "up"},
+		{"link", "set", "rvc1", "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %q: %v: %s", args, err, out)
+		}
 	}
 	defer exec.Command("ip", "link", "del", "rvc0").Run()
 	out, stderr, status := rivet("rxe", "add", "rvcli0", "rvc0")
 	if status != 0 || out != "added rvcli0 on rvc0\n" {
 		t.Fatalf("add: status %d, %q %q", status, out, stderr)
 	}
-	if d, err := hw.DeviceByName("rvcli0"); err != nil || d.Parent != "rvc0" {
-		t.Errorf("after add: %+v, %v", d, err)
+
+	// rivet devices shows the new link once its port is up and its GID set.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _, _ = rivet("devices")
+		_, dev, _ := strings.Cut(out, "hca_id:\trvcli0\n")
+		if field(dev, "state") == "PORT_ACTIVE (4)" && strings.Contains(dev, "::ffff:198.51.100.9, RoCE v2") {
+			if field(dev, "netdev") != "rvc0" {
+				t.Errorf("rvcli0 netdev = %q", field(dev, "netdev"))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rivet devices never showed rvcli0 ACTIVE with the GID of 198.51.100.9:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	out, stderr, status = rivet("rxe", "del", "rvcli0")
 	if status != 0 || out != "deleted rvcli0\n" {
