@@ -14,6 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// kvmDevice is a variable so tests can stand in for /dev/kvm.
+var kvmDevice = "/dev/kvm"
+
 // kvmProbeTimeout bounds the KVM probe boot. A guest that boots under KVM
 // reaches /init in well under this; one that does not may hang forever.
 var kvmProbeTimeout = 15 * time.Second
@@ -29,7 +32,7 @@ func resolveAccel(ctx context.Context, cfg Config, qemu string, k Kernel, initrd
 	default:
 		return "", fmt.Errorf("unknown accelerator %q (want auto, kvm or tcg)", cfg.Accel)
 	}
-	if unix.Access("/dev/kvm", unix.R_OK|unix.W_OK) != nil {
+	if unix.Access(kvmDevice, unix.R_OK|unix.W_OK) != nil {
 		return AccelTCG, nil
 	}
 	st, _ := os.Stat(qemu)
