@@ -14,15 +14,27 @@ import (
 // errUsage means a flag set already printed its complaint.
 var errUsage = errors.New("usage")
 
-func devicesCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("rivet devices", flag.ContinueOnError)
+// errHelp means -h was asked for and answered.
+var errHelp = errors.New("help")
+
+// parseFlags parses a subcommand's flags, mapping the flag package's
+// outcomes onto errHelp and errUsage.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			return errHelp
 		}
 		return errUsage
+	}
+	return nil
+}
+
+func devicesCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rivet devices", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "rivet devices: unexpected argument %q\n", fs.Arg(0))

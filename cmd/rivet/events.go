@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,13 +13,9 @@ import (
 
 func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rivet events", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per event")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return errUsage
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
 	}
 	events, err := hw.Watch(ctx)
 	if err != nil {

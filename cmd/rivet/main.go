@@ -49,7 +49,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rivet: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
-	if err == errUsage {
+	switch err {
+	case errHelp:
+		return 0
+	case errUsage:
 		return 2
 	}
 	if err != nil {

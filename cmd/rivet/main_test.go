@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,6 +143,20 @@ func TestRXEAddDelete(t *testing.T) {
 		}
 	}
 	defer exec.Command("ip", "link", "del", "rvc0").Run()
+
+	// rivet events runs throughout and must report the port going down.
+	ctx, cancel := context.WithCancel(context.Background())
+	var events syncBuffer
+	eventsDone := make(chan int)
+	go func() { eventsDone <- run(ctx, []string{"events"}, &events, &events) }()
+	defer func() {
+		cancel()
+		if st := <-eventsDone; st != 0 {
+			t.Errorf("rivet events exited %d: %s", st, events.String())
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // let it subscribe
+
 	out, stderr, status := rivet("rxe", "add", "rvcli0", "rvc0")
 	if status != 0 || out != "added rvcli0 on rvc0\n" {
 		t.Fatalf("add: status %d, %q %q", status, out, stderr)
@@ -163,6 +178,17 @@ func TestRXEAddDelete(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if out, err := exec.Command("ip", "link", "set", "rvc0", "down").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for deadline := time.Now().Add(2 * time.Second); !strings.Contains(events.String(), "PORT_ERR rvcli0 port 1 (rvc0) state DOWN"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("rivet events did not report rvcli0 going down:\n%s", events.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("rivet events:\n%s", events.String())
+
 	out, stderr, status = rivet("rxe", "del", "rvcli0")
 	if status != 0 || out != "deleted rvcli0\n" {
 		t.Fatalf("del: status %d, %q %q", status, out, stderr)
@@ -258,4 +284,22 @@ func field(s, key string) string {
 		}
 	}
 	return ""
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
