@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -28,11 +29,22 @@ const (
 	// EventError: the stream failed; Event.Err says why. The channel is
 	// closed after it.
 	EventError
+	// EventDeviceFatal: the device is gone (uverbs IB_EVENT_DEVICE_FATAL).
+	EventDeviceFatal
+	// EventCQError: a completion queue overflowed (IB_EVENT_CQ_ERR).
+	EventCQError
+	// EventQPError: a queue pair hit a fatal, request or access error
+	// (IB_EVENT_QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR); Event.QPN names it.
+	EventQPError
+	// EventAsync: any other uverbs async event; Event.Code is its
+	// ibv_event_type.
+	EventAsync
 )
 
 var eventKindNames = map[EventKind]string{
 	EventLinkUp: "LINK_UP", EventLinkDown: "LINK_DOWN",
 	EventPortActive: "PORT_ACTIVE", EventPortDown: "PORT_ERR", EventError: "ERROR",
+	EventDeviceFatal: "DEVICE_FATAL", EventCQError: "CQ_ERR", EventQPError: "QP_ERR", EventAsync: "ASYNC",
 }
 
 // String names the kind; port events use the verbs async event names.
@@ -51,6 +63,8 @@ type Event struct {
 	Port   int
 	Netdev string
 	State  PortState // the port's new state, for port events
+	QPN    uint32    // for EventQPError
+	Code   int       // the uverbs event type (ibv_event_type), for events from the device
 	Err    error     // for EventError
 }
 
@@ -60,6 +74,10 @@ func (e Event) String() string {
 		return fmt.Sprintf("%s netdev %s", e.Kind, e.Netdev)
 	case EventError:
 		return fmt.Sprintf("%s %v", e.Kind, e.Err)
+	case EventDeviceFatal, EventCQError, EventAsync:
+		return fmt.Sprintf("%s %s (event %d)", e.Kind, e.Device, e.Code)
+	case EventQPError:
+		return fmt.Sprintf("%s %s QP %#x (event %d)", e.Kind, e.Device, e.QPN, e.Code)
 	}
 	return fmt.Sprintf("%s %s port %d (%s) state %s", e.Kind, e.Device, e.Port, e.Netdev, e.State)
 }
@@ -74,8 +92,9 @@ var pollInterval = time.Second
 
 // Watch streams link and port events until ctx ends, then closes the
 // channel. Events describe changes after Watch returns; the current state is
-// what Devices reports.
-func Watch(ctx context.Context) (<-chan Event, error) {
+// what Devices reports. Events from sources (a verbs.Context's async events,
+// say) are merged into the stream until each source closes.
+func Watch(ctx context.Context, sources ...<-chan Event) (<-chan Event, error) {
 	updates := make(chan netlink.LinkUpdate, 64)
 	done := make(chan struct{})
 	nlErr := make(chan error, 1)
@@ -91,8 +110,31 @@ func Watch(ctx context.Context) (<-chan Event, error) {
 		return nil, fmt.Errorf("subscribing to link updates: %w", err)
 	}
 	w := &watcher{out: make(chan Event, 64), ports: scanPorts(), links: map[string]bool{}}
+	// Forwarders stop when a source closes or the watcher ends, whichever
+	// is first; the output closes after the last of them.
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, src := range sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case e, ok := <-src:
+					if !ok {
+						return
+					}
+					w.emit(ctx, e)
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	go func() {
 		defer close(w.out)
+		defer wg.Wait()
+		defer stop()
 		defer close(done)
 		w.run(ctx, updates, nlErr)
 	}()

@@ -2,24 +2,77 @@ package uverbs
 
 import (
 	"encoding/binary"
+	"errors"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
-// The sizes of struct ib_uverbs_query_port_resp and friends, from the
-// pahole dump of the 6.1 UAPI headers (shared/design/verbs-abi-sizes.txt).
+// TestABISizes pins every struct to the size pahole reports for the 6.1
+// UAPI headers (shared/design/verbs-abi-sizes.txt).
 func TestABISizes(t *testing.T) {
-	if n := binary.Size(PortAttr{}); n != 40 {
-		t.Errorf("PortAttr is %d bytes, want 40 (ib_uverbs_query_port_resp)", n)
+	for name, got := range map[string]uintptr{
+		"ib_uverbs_query_device_resp":  unsafe.Sizeof(QueryDeviceResp{}),
+		"ib_uverbs_query_port":         unsafe.Sizeof(queryPort{}),
+		"ib_uverbs_query_port_resp":    unsafe.Sizeof(PortAttr{}),
+		"ib_uverbs_reg_mr":             unsafe.Sizeof(regMR{}),
+		"ib_uverbs_reg_mr_resp":        unsafe.Sizeof(RegMRResp{}),
+		"ib_uverbs_create_cq":          unsafe.Sizeof(createCQ{}),
+		"ib_uverbs_create_cq_resp+rxe": unsafe.Sizeof(CreateCQResp{}),
+		"ib_uverbs_req_notify_cq":      unsafe.Sizeof(reqNotifyCQ{}),
+		"ib_uverbs_destroy_cq":         unsafe.Sizeof(destroy{}),
+		"ib_uverbs_destroy_cq_resp":    unsafe.Sizeof(DestroyCQResp{}),
+		"ib_uverbs_create_qp":          unsafe.Sizeof(CreateQP{}),
+		"ib_uverbs_create_qp_resp+rxe": unsafe.Sizeof(CreateQPResp{}),
+		"ib_uverbs_qp_dest":            unsafe.Sizeof(QPDest{}),
+		"ib_uverbs_modify_qp":          unsafe.Sizeof(ModifyQP{}),
+		"ib_uverbs_query_qp":           unsafe.Sizeof(queryQP{}),
+		"ib_uverbs_query_qp_resp":      unsafe.Sizeof(QueryQPResp{}),
+		"ib_uverbs_post_send":          unsafe.Sizeof(postSend{}),
+		"ib_uverbs_wc":                 unsafe.Sizeof(WC{}),
+		"ib_uverbs_async_event_desc":   unsafe.Sizeof(AsyncEventDesc{}),
+		"mminfo":                       unsafe.Sizeof(MMInfo{}),
+	} {
+		want := map[string]uintptr{
+			"ib_uverbs_query_device_resp": 176, "ib_uverbs_query_port": 16, "ib_uverbs_query_port_resp": 40,
+			"ib_uverbs_reg_mr": 40, "ib_uverbs_reg_mr_resp": 12, "ib_uverbs_create_cq": 32,
+			"ib_uverbs_create_cq_resp+rxe": 8 + 16, "ib_uverbs_req_notify_cq": 8, "ib_uverbs_destroy_cq": 16,
+			"ib_uverbs_destroy_cq_resp": 8, "ib_uverbs_create_qp": 56, "ib_uverbs_create_qp_resp+rxe": 32 + 32,
+			"ib_uverbs_qp_dest": 32, "ib_uverbs_modify_qp": 112, "ib_uverbs_query_qp": 16,
+			"ib_uverbs_query_qp_resp": 128, "ib_uverbs_post_send": 24, "ib_uverbs_wc": 48,
+			"ib_uverbs_async_event_desc": 16, "mminfo": 16,
+		}[name]
+		if got != want {
+			t.Errorf("%s: %d bytes, want %d", name, got, want)
+		}
 	}
 }
 
-func TestWriteRejectsBadFraming(t *testing.T) {
-	if err := write(-1, "TEST", 0, make([]byte, 6), nil); err == nil {
-		t.Error("a request that is not a multiple of 4 bytes was accepted")
-	}
-	err := write(-1, "TEST", 0, make([]byte, 8), nil)
-	if err == nil || err.Error() != "uverbs TEST: bad file descriptor" {
-		t.Errorf("write to fd -1: %v", err)
+// TestABIOffsets spot-checks fields pahole places (verbs-abi-layouts.txt).
+func TestABIOffsets(t *testing.T) {
+	var m ModifyQP
+	var q QueryQPResp
+	var p PortAttr
+	var d QueryDeviceResp
+	var w WC
+	for name, c := range map[string][2]uintptr{
+		"modify_qp.qp_handle":             {unsafe.Offsetof(m.QPHandle), 64},
+		"modify_qp.qp_state":              {unsafe.Offsetof(m.QPState), 96},
+		"modify_qp.timeout":               {unsafe.Offsetof(m.Timeout), 105},
+		"modify_qp.rnr_retry":             {unsafe.Offsetof(m.RNRRetry), 107},
+		"query_qp_resp.qp_state":          {unsafe.Offsetof(q.QPState), 108},
+		"query_qp_resp.sq_sig_all":        {unsafe.Offsetof(q.SQSigAll), 122},
+		"query_port_resp.state":           {unsafe.Offsetof(p.State), 26},
+		"query_port_resp.link_layer":      {unsafe.Offsetof(p.LinkLayer), 37},
+		"query_device_resp.atomic_cap":    {unsafe.Offsetof(d.AtomicCap), 108},
+		"query_device_resp.phys_port_cnt": {unsafe.Offsetof(d.PhysPortCnt), 171},
+		"wc.qp_num":                       {unsafe.Offsetof(w.QPNum), 28},
+		"wc.port_num":                     {unsafe.Offsetof(w.PortNum), 46},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("%s at %d, want %d", name, c[0], c[1])
+		}
 	}
 }
 
@@ -30,12 +83,15 @@ func TestPortAttrOffsets(t *testing.T) {
 	binary.NativeEndian.PutUint32(resp[16:], 256)    // gid_tbl_len
 	binary.NativeEndian.PutUint16(resp[22:], 0x1234) // lid
 	resp[26], resp[27], resp[28], resp[36], resp[37] = 4, 5, 3, 5, 2
-	var a PortAttr
-	if _, err := binary.Decode(resp, binary.NativeEndian, &a); err != nil {
-		t.Fatal(err)
-	}
+	a := *(*PortAttr)(unsafe.Pointer(&resp[0]))
 	if a.GIDTableLen != 256 || a.LID != 0x1234 || a.State != 4 || a.MaxMTU != 5 || a.ActiveMTU != 3 ||
 		a.PhysState != 5 || a.LinkLayer != 2 {
 		t.Errorf("decoded %+v", a)
+	}
+}
+
+func TestOpenMissing(t *testing.T) {
+	if _, err := Open("/nonexistent/uverbs9"); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("Open: %v, want ENOENT", err)
 	}
 }
