@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -65,6 +66,20 @@ func setupTopology(t Topology) (string, []string, error) {
 		}
 		if err != nil {
 			return "", nil, fmt.Errorf("bringing up %s: %w", name, err)
+		}
+	}
+	if len(links) > 1 {
+		// Both ends' addresses are local to this one kernel, and Linux
+		// ignores ARP from a sender address it owns: without accept_local
+		// the RTR transition between rxe0 and rxe1 fails with ETIMEDOUT
+		// (address resolution), as perftest does with IPv4 GIDs.
+		for _, dev := range []string{"all", "va", "vb"} {
+			for knob, v := range map[string]string{"accept_local": "1", "rp_filter": "0"} {
+				p := "/proc/sys/net/ipv4/conf/" + dev + "/" + knob
+				if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+					return "", nil, fmt.Errorf("setting %s: %w", p, err)
+				}
+			}
 		}
 	}
 	var desc, devs []string

@@ -1,0 +1,185 @@
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/hw"
+	"github.com/rivet-hpc/rivet/internal/uverbs"
+)
+
+// Context is an open RDMA device (ibv_context).
+type Context struct {
+	dev   hw.Device
+	uv    *uverbs.Context
+	attr  DeviceAttr
+	async *os.File
+
+	mu       sync.Mutex
+	children int // PDs, CQs and completion channels not yet closed
+	closed   bool
+	cqs      map[uint64]*CQ // by user_handle, for completion events
+	qps      map[uint64]*QP // by user_handle, for async events
+	nextID   atomic.Uint64
+	watching bool
+}
+
+// DeviceAttr is what QUERY_DEVICE reports that Rivet uses.
+type DeviceAttr struct {
+	FWVer       uint64
+	MaxMRSize   uint64
+	MaxQP       int
+	MaxQPWR     int
+	MaxSGE      int
+	MaxCQ       int
+	MaxCQE      int
+	MaxMR       int
+	MaxPD       int
+	MaxQPRdAtom int // max_qp_rd_atom: outstanding RDMA reads/atomics a QP may initiate
+	MaxQPInitRd int
+	AtomicCap   int // 0 none, 1 HCA, 2 global
+	PhysPortCnt int
+}
+
+// Open opens the RDMA device called name, or, if name is "", the first
+// device with an ACTIVE port. Only soft-RoCE (rxe) devices are driven; any
+// other returns an error wrapping ErrNotSupported.
+func Open(name string) (*Context, error) {
+	var dev hw.Device
+	if name == "" {
+		devs, _ := hw.Devices()
+		for _, d := range devs {
+			if len(d.Ports) > 0 && d.Ports[0].State == hw.PortActive {
+				dev = d
+				break
+			}
+		}
+		if dev.Name == "" {
+			if err := hw.HaveUverbs(); err != nil {
+				return nil, fmt.Errorf("verbs: no device: %w", err)
+			}
+			return nil, fmt.Errorf("verbs: no RDMA device with an active port: %w", hw.ErrNotFound)
+		}
+	} else {
+		d, err := hw.DeviceByName(name)
+		if err != nil && d.Name == "" {
+			return nil, fmt.Errorf("verbs: %w", err)
+		}
+		dev = d
+	}
+	if dev.Driver != "rxe" {
+		return nil, fmt.Errorf("verbs: device %s (driver %q): %w: only the soft-RoCE provider exists so far", dev.Name, dev.Driver, ErrNotSupported)
+	}
+	if dev.Uverbs == "" {
+		return nil, fmt.Errorf("verbs: device %s has no uverbs character device (is ib_uverbs loaded?)", dev.Name)
+	}
+	uv, err := uverbs.Open(dev.Uverbs)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: opening %s: %w", dev.Name, err)
+	}
+	da, err := uv.QueryDevice()
+	if err != nil {
+		uv.Close()
+		return nil, fmt.Errorf("verbs: %s: %w", dev.Name, err)
+	}
+	// The async fd becomes the Context's, read through the netpoller.
+	if err := unix.SetNonblock(uv.AsyncFD, true); err != nil {
+		uv.Close()
+		return nil, fmt.Errorf("verbs: %s: async fd: %w", dev.Name, err)
+	}
+	async := os.NewFile(uintptr(uv.AsyncFD), dev.Name+"-async")
+	uv.AsyncFD = -1
+	c := &Context{
+		dev:   dev,
+		uv:    uv,
+		async: async,
+		cqs:   map[uint64]*CQ{},
+		qps:   map[uint64]*QP{},
+		attr: DeviceAttr{
+			FWVer: da.FWVer, MaxMRSize: da.MaxMRSize, MaxQP: int(da.MaxQP), MaxQPWR: int(da.MaxQPWR),
+			MaxSGE: int(da.MaxSGE), MaxCQ: int(da.MaxCQ), MaxCQE: int(da.MaxCQE), MaxMR: int(da.MaxMR),
+			MaxPD: int(da.MaxPD), MaxQPRdAtom: int(da.MaxQPRdAtom), MaxQPInitRd: int(da.MaxQPInitRdAtom),
+			AtomicCap: int(da.AtomicCap), PhysPortCnt: int(da.PhysPortCnt),
+		},
+	}
+	return c, nil
+}
+
+// Device returns what hw knew of the device when it was opened.
+func (c *Context) Device() hw.Device { return c.dev }
+
+// Name is the device's name, e.g. "rxe0".
+func (c *Context) Name() string { return c.dev.Name }
+
+// Attr returns the device's limits.
+func (c *Context) Attr() DeviceAttr { return c.attr }
+
+// PortAttr is what QUERY_PORT reports.
+type PortAttr struct {
+	State       hw.PortState
+	PhysState   hw.PhysState
+	MaxMTU      hw.MTU
+	ActiveMTU   hw.MTU
+	GIDTableLen int
+	MaxMsgSize  uint32
+	LID         uint16
+	LinkLayer   int // 1 InfiniBand, 2 Ethernet
+}
+
+// QueryPort asks the device about port (1-based).
+func (c *Context) QueryPort(port int) (PortAttr, error) {
+	if port < 1 || port > c.attr.PhysPortCnt {
+		return PortAttr{}, invalid("port %d (device %s has %d)", port, c.dev.Name, c.attr.PhysPortCnt)
+	}
+	a, err := c.uv.QueryPort(uint8(port))
+	if err != nil {
+		return PortAttr{}, c.wrap(err)
+	}
+	return PortAttr{
+		State: hw.PortState(a.State), PhysState: hw.PhysState(a.PhysState), MaxMTU: hw.MTU(a.MaxMTU),
+		ActiveMTU: hw.MTU(a.ActiveMTU), GIDTableLen: int(a.GIDTableLen), MaxMsgSize: a.MaxMsgSize,
+		LID: a.LID, LinkLayer: int(a.LinkLayer),
+	}, nil
+}
+
+// acquire registers a child; it fails once the Context is closed.
+func (c *Context) acquire() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("verbs: device %s: %w", c.dev.Name, ErrClosed)
+	}
+	c.children++
+	return nil
+}
+
+func (c *Context) release() {
+	c.mu.Lock()
+	c.children--
+	c.mu.Unlock()
+}
+
+// Close closes the device. Every PD, CQ and completion channel must be
+// closed first; otherwise Close returns an error wrapping ErrBusy and
+// leaves everything open. Closing twice is not an error.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	if c.children > 0 {
+		return fmt.Errorf("verbs: closing %s: %w: %d PDs, CQs or channels are open", c.dev.Name, ErrBusy, c.children)
+	}
+	c.closed = true
+	return errors.Join(c.async.Close(), c.uv.Close())
+}
+
+func (c *Context) wrap(err error) error {
+	return fmt.Errorf("verbs: %s: %w", c.dev.Name, err)
+}

@@ -1,0 +1,355 @@
+package verbs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/internal/rxe"
+	"github.com/rivet-hpc/rivet/internal/uverbs"
+)
+
+// WCOpcode says what a work completion completed (ibv_wc_opcode).
+type WCOpcode uint32
+
+// Work completion opcodes.
+const (
+	WCSend            WCOpcode = 0
+	WCRDMAWrite       WCOpcode = 1
+	WCRDMARead        WCOpcode = 2
+	WCCompareSwap     WCOpcode = 3
+	WCFetchAdd        WCOpcode = 4
+	WCRecv            WCOpcode = 128
+	WCRecvRDMAWithImm WCOpcode = 129
+)
+
+// WCFlags qualify a work completion (ibv_wc_flags).
+type WCFlags uint32
+
+// Work completion flags.
+const (
+	WCWithGRH WCFlags = 1
+	WCWithImm WCFlags = 2
+)
+
+// WorkCompletion is one completed work request (ibv_wc).
+type WorkCompletion struct {
+	ID        uint64 // the work request's ID
+	Status    Status
+	Opcode    WCOpcode
+	VendorErr uint32
+	ByteLen   uint32 // bytes received, for receives
+	Imm       uint32 // immediate data, host order, when Flags has WCWithImm
+	QPN       uint32
+	SrcQP     uint32
+	Flags     WCFlags
+}
+
+// Err returns nil for a successful completion and a *CompletionError
+// otherwise.
+func (wc *WorkCompletion) Err() error {
+	if wc.Status == StatusSuccess {
+		return nil
+	}
+	return &CompletionError{Status: wc.Status, VendorErr: wc.VendorErr, QPN: wc.QPN, WRID: wc.ID, Opcode: wc.Opcode}
+}
+
+// CQConfig configures a completion queue.
+type CQConfig struct {
+	// Size is the minimum number of completions it holds (the device may
+	// give more: see CQ.Cap). It must cover every completion that can be
+	// outstanding; rxe drops completions that do not fit and reports a
+	// CQ_ERR event.
+	Size int
+	// Channel, if set, receives an event when an armed CQ gets a completion.
+	Channel *CompChannel
+	// Vector is the completion vector (interrupt); 0 is fine on rxe.
+	Vector int
+}
+
+// CQ is a completion queue (ibv_cq).
+type CQ struct {
+	ctx     *Context
+	handle  uint32
+	id      uint64
+	channel *CompChannel
+
+	mu     sync.Mutex // guards ring and closed
+	ring   *rxe.Queue
+	closed bool
+	qps    int // QPs that post to it
+	events uint32
+}
+
+// NewCQ creates a completion queue.
+func (c *Context) NewCQ(cfg CQConfig) (*CQ, error) {
+	if cfg.Size < 1 || cfg.Size > c.attr.MaxCQE {
+		return nil, invalid("CQ size %d (1 to %d)", cfg.Size, c.attr.MaxCQE)
+	}
+	if err := c.acquire(); err != nil {
+		return nil, err
+	}
+	id := c.nextID.Add(1)
+	chFD := int32(-1)
+	if cfg.Channel != nil {
+		fd, err := cfg.Channel.fd()
+		if err != nil {
+			c.release()
+			return nil, err
+		}
+		chFD = int32(fd)
+	}
+	r, err := c.uv.CreateCQ(id, uint32(cfg.Size), uint32(cfg.Vector), chFD)
+	if err != nil {
+		c.release()
+		return nil, c.wrap(err)
+	}
+	cq := &CQ{ctx: c, handle: r.CQHandle, id: id, channel: cfg.Channel}
+	buf, err := c.uv.MmapRing(r.MI)
+	if err == nil {
+		cq.ring, err = rxe.NewQueue(buf)
+		if err != nil {
+			unix.Munmap(buf)
+		}
+	}
+	if err == nil && cq.ring.ElemSize() < uint32(unsafe.Sizeof(uverbs.WC{})) {
+		unix.Munmap(buf)
+		err = fmt.Errorf("CQ slots of %d bytes cannot hold a completion", cq.ring.ElemSize())
+	}
+	if err != nil {
+		c.uv.DestroyCQ(r.CQHandle)
+		c.release()
+		return nil, c.wrap(err)
+	}
+	cq.ring.InitConsumer()
+	c.mu.Lock()
+	c.cqs[id] = cq
+	c.mu.Unlock()
+	if cfg.Channel != nil {
+		cfg.Channel.bind(cq)
+	}
+	return cq, nil
+}
+
+// Cap is how many completions the queue holds.
+func (cq *CQ) Cap() int { return int(cq.ring.Capacity()) }
+
+// Poll copies up to len(wcs) completions into wcs and returns how many. It
+// makes no system call and allocates nothing. A failed work request is a
+// completion with a non-success Status, not an error; the error is for a
+// closed CQ.
+func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return 0, ErrClosed
+	}
+	n := 0
+	for n < len(wcs) {
+		p := cq.ring.Peek()
+		if p == nil {
+			break
+		}
+		w := (*uverbs.WC)(p)
+		wcs[n] = WorkCompletion{
+			ID: w.WRID, Status: Status(w.Status), Opcode: WCOpcode(w.Opcode), VendorErr: w.VendorErr,
+			ByteLen: w.ByteLen, QPN: w.QPNum, SrcQP: w.SrcQP, Flags: WCFlags(w.WCFlags),
+		}
+		if wcs[n].Flags&WCWithImm != 0 {
+			wcs[n].Imm = beUint32(w.ImmData)
+		}
+		cq.ring.Consume()
+		n++
+	}
+	return n, nil
+}
+
+// Arm asks for one event on the CQ's channel when the next completion
+// (or, with solicitedOnly, the next solicited one) arrives.
+func (cq *CQ) Arm(solicitedOnly bool) error {
+	if cq.channel == nil {
+		return invalid("CQ has no completion channel")
+	}
+	if err := cq.ctx.uv.ReqNotifyCQ(cq.handle, solicitedOnly); err != nil {
+		return cq.ctx.wrap(err)
+	}
+	return nil
+}
+
+// Wait returns at least one completion, blocking without spinning until one
+// arrives or ctx ends. It needs a completion channel used by this CQ alone.
+// The loop is the standard one: poll, arm, poll again (a completion may have
+// landed before the arm), then sleep on the channel.
+func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
+	if cq.channel == nil {
+		return 0, invalid("CQ has no completion channel")
+	}
+	if len(wcs) == 0 {
+		return 0, invalid("no room for completions")
+	}
+	for {
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		if err := cq.Arm(false); err != nil {
+			return 0, err
+		}
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		got, err := cq.channel.Wait(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if got != cq {
+			return 0, fmt.Errorf("verbs: CQ.Wait: %w: its channel also serves another CQ; use CompChannel.Wait", ErrInvalid)
+		}
+	}
+}
+
+// Close destroys the CQ; queue pairs using it must be closed first.
+func (cq *CQ) Close() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return nil
+	}
+	if cq.qps > 0 {
+		return fmt.Errorf("verbs: closing CQ: %w: %d queue pairs use it", ErrBusy, cq.qps)
+	}
+	if _, err := cq.ctx.uv.DestroyCQ(cq.handle); err != nil {
+		return cq.ctx.wrap(err)
+	}
+	cq.closed = true
+	err := unix.Munmap(cq.ring.Bytes())
+	cq.ctx.mu.Lock()
+	delete(cq.ctx.cqs, cq.id)
+	cq.ctx.mu.Unlock()
+	if cq.channel != nil {
+		cq.channel.unbind()
+	}
+	cq.ctx.release()
+	return err
+}
+
+func (cq *CQ) use() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return fmt.Errorf("verbs: CQ: %w", ErrClosed)
+	}
+	cq.qps++
+	return nil
+}
+
+func (cq *CQ) unuse() {
+	cq.mu.Lock()
+	cq.qps--
+	cq.mu.Unlock()
+}
+
+// CompChannel delivers completion events from armed CQs (ibv_comp_channel).
+type CompChannel struct {
+	ctx  *Context
+	file *os.File
+
+	mu     sync.Mutex
+	cqs    int
+	closed bool
+}
+
+// NewCompChannel creates a completion channel.
+func (c *Context) NewCompChannel() (*CompChannel, error) {
+	if err := c.acquire(); err != nil {
+		return nil, err
+	}
+	fd, err := c.uv.CreateCompChannel()
+	if err != nil {
+		c.release()
+		return nil, c.wrap(err)
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		c.release()
+		return nil, c.wrap(err)
+	}
+	return &CompChannel{ctx: c, file: os.NewFile(uintptr(fd), c.dev.Name+"-comp")}, nil
+}
+
+func (ch *CompChannel) fd() (int, error) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
+		return -1, fmt.Errorf("verbs: completion channel: %w", ErrClosed)
+	}
+	rc, err := ch.file.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	rc.Control(func(f uintptr) { fd = int(f) })
+	return fd, nil
+}
+
+func (ch *CompChannel) bind(*CQ) { ch.mu.Lock(); ch.cqs++; ch.mu.Unlock() }
+func (ch *CompChannel) unbind()  { ch.mu.Lock(); ch.cqs--; ch.mu.Unlock() }
+
+// Wait blocks until an armed CQ on this channel has a completion, and
+// returns that CQ (re-arm it to get another event). It sleeps in the Go
+// netpoller; ctx ending wakes it with ctx's error.
+func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
+	stop := context.AfterFunc(ctx, func() { ch.file.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var ev [8]byte // struct ib_uverbs_comp_event_desc
+	if _, err := io.ReadFull(ch.file, ev[:]); err != nil {
+		if ctx.Err() != nil {
+			ch.file.SetReadDeadline(time.Time{})
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, os.ErrClosed) {
+			return nil, fmt.Errorf("verbs: completion channel: %w", ErrClosed)
+		}
+		return nil, fmt.Errorf("verbs: completion channel: %w", err)
+	}
+	id := binary.NativeEndian.Uint64(ev[:])
+	ch.ctx.mu.Lock()
+	cq := ch.ctx.cqs[id]
+	ch.ctx.mu.Unlock()
+	if cq == nil {
+		return nil, fmt.Errorf("verbs: completion event for unknown CQ %d", id)
+	}
+	cq.mu.Lock()
+	cq.events++
+	cq.mu.Unlock()
+	return cq, nil
+}
+
+// Close closes the channel; CQs using it must be closed first.
+func (ch *CompChannel) Close() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
+		return nil
+	}
+	if ch.cqs > 0 {
+		return fmt.Errorf("verbs: closing completion channel: %w: %d CQs use it", ErrBusy, ch.cqs)
+	}
+	ch.closed = true
+	ch.ctx.release()
+	return ch.file.Close()
+}
+
+func beUint32(v uint32) uint32 {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], v)
+	return binary.BigEndian.Uint32(b[:])
+}

@@ -1,0 +1,263 @@
+package verbs
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/rivet-hpc/rivet/internal/rxe"
+)
+
+// Opcode is a send work request's operation (ibv_wr_opcode).
+type Opcode uint32
+
+// Send opcodes.
+const (
+	OpRDMAWrite        Opcode = rxe.OpRDMAWrite
+	OpRDMAWriteWithImm Opcode = rxe.OpRDMAWriteWithImm
+	OpSend             Opcode = rxe.OpSend
+	OpSendWithImm      Opcode = rxe.OpSendWithImm
+	OpRDMARead         Opcode = rxe.OpRDMARead
+	OpCompareSwap      Opcode = rxe.OpCompareSwap
+	OpFetchAdd         Opcode = rxe.OpFetchAdd
+)
+
+var opNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ",
+	"ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
+
+func (o Opcode) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Opcode(%d)", uint32(o))
+}
+
+// SendFlags modify a send work request (ibv_send_flags).
+type SendFlags uint32
+
+// Send flags.
+const (
+	// Fence waits for earlier reads and atomics before this request.
+	Fence SendFlags = rxe.FlagFence
+	// Signaled asks for a completion (always given on error).
+	Signaled SendFlags = rxe.FlagSignaled
+	// Solicited wakes a receiver armed for solicited events only.
+	Solicited SendFlags = rxe.FlagSolicited
+	// Inline copies the payload into the work request at post time: the
+	// local memory may be reused as soon as PostSend returns.
+	Inline SendFlags = rxe.FlagInline
+)
+
+// SGE is a scatter/gather entry: Length bytes at Offset in a registered
+// region.
+type SGE struct {
+	MR     *MR
+	Offset uint64
+	Length uint32
+}
+
+// SendWR is a send work request (ibv_send_wr).
+type SendWR struct {
+	ID     uint64
+	Op     Opcode
+	Flags  SendFlags
+	Local  []SGE     // the local data (gathered for sends and writes, scattered for reads and atomics)
+	Imm    uint32    // immediate data, for the WithImm opcodes (host order; sent big-endian)
+	Remote RemoteBuf // the target of RDMA and atomic operations
+	// CompareAdd is the compare value of a compare-and-swap, or the addend
+	// of a fetch-and-add; Swap is the value a successful compare-and-swap
+	// stores. The remote's original value lands in Local.
+	CompareAdd uint64
+	Swap       uint64
+}
+
+// RecvWR is a receive work request (ibv_recv_wr).
+type RecvWR struct {
+	ID    uint64
+	Local []SGE
+}
+
+// PostSend posts work requests to the send queue and rings the doorbell
+// once for all of them. Every request is checked first: if any is invalid,
+// or they do not all fit, nothing is posted. It allocates nothing.
+//
+// Slots are freed as the device completes requests, signaled or not; post
+// a signaled request at least once per queue depth so that completions
+// report progress. The send CQ must have room for every signaled request.
+func (qp *QP) PostSend(wrs ...SendWR) error {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	if qp.closed {
+		return fmt.Errorf("verbs: QP %#x: %w", qp.qpn, ErrClosed)
+	}
+	if qp.state != QPRTS {
+		return fmt.Errorf("verbs: posting a send on QP %#x in state %s: %w", qp.qpn, qp.state, ErrState)
+	}
+	if len(wrs) == 0 {
+		return nil
+	}
+	if free := qp.sq.Free(); uint32(len(wrs)) > free {
+		return fmt.Errorf("verbs: QP %#x: %w: %d requests, %d free send slots", qp.qpn, ErrQueueFull, len(wrs), free)
+	}
+	for i := range wrs {
+		if err := qp.checkSend(&wrs[i]); err != nil {
+			return err
+		}
+	}
+	for i := range wrs {
+		qp.writeSend(qp.sq.NextSlot(uint32(i)), &wrs[i])
+	}
+	qp.sq.Publish(uint32(len(wrs)))
+	if err := qp.bell.Ring(); err != nil {
+		return qp.pd.ctx.wrap(err)
+	}
+	return nil
+}
+
+func (qp *QP) checkSend(wr *SendWR) error {
+	total, err := qp.checkSGEs(wr.Local, qp.maxSendSGE, "send")
+	if err != nil {
+		return err
+	}
+	switch wr.Op {
+	case OpSend, OpSendWithImm, OpRDMAWrite, OpRDMAWriteWithImm:
+	case OpRDMARead:
+		if wr.Flags&Inline != 0 {
+			return invalid("RDMA read cannot be inline")
+		}
+	case OpCompareSwap, OpFetchAdd:
+		if len(wr.Local) != 1 || total != 8 {
+			return invalid("%s needs one 8-byte local SGE for the result, got %d bytes", wr.Op, total)
+		}
+		if wr.Local[0].MR.access&AccessLocalWrite == 0 {
+			return invalid("%s result buffer needs local write access", wr.Op)
+		}
+		if wr.Remote.Addr%8 != 0 {
+			return invalid("%s remote address %#x is not 8-byte aligned", wr.Op, wr.Remote.Addr)
+		}
+		if wr.Flags&Inline != 0 {
+			return invalid("atomics cannot be inline")
+		}
+	default:
+		return invalid("send opcode %d", uint32(wr.Op))
+	}
+	if wr.Op == OpRDMARead {
+		for _, s := range wr.Local {
+			if s.MR.access&AccessLocalWrite == 0 {
+				return invalid("RDMA read target needs local write access")
+			}
+		}
+	}
+	if wr.Flags&Inline != 0 && int(total) > qp.maxInline {
+		return invalid("%d inline bytes (this QP takes %d)", total, qp.maxInline)
+	}
+	if total > uint64(qp.maxMsg) {
+		return invalid("%d-byte message (the port's maximum is %d)", total, qp.maxMsg)
+	}
+	if wr.Remote.Len != 0 && total > wr.Remote.Len {
+		return invalid("%d bytes do not fit the %d-byte remote buffer", total, wr.Remote.Len)
+	}
+	return nil
+}
+
+// checkSGEs validates a gather or scatter list and returns its total length.
+func (qp *QP) checkSGEs(sges []SGE, maxSGE int, what string) (uint64, error) {
+	if len(sges) > maxSGE {
+		return 0, invalid("%d SGEs in a %s (this QP takes %d)", len(sges), what, maxSGE)
+	}
+	var total uint64
+	for _, s := range sges {
+		if s.MR == nil {
+			return 0, invalid("SGE without a memory region")
+		}
+		if s.MR.closed.Load() {
+			return 0, fmt.Errorf("verbs: SGE memory region: %w", ErrClosed)
+		}
+		if s.MR.pd != qp.pd {
+			return 0, invalid("SGE memory region is in another protection domain")
+		}
+		if s.Offset > s.MR.length || uint64(s.Length) > s.MR.length-s.Offset {
+			return 0, invalid("SGE [%d, %d) outside its %d-byte memory region", s.Offset, s.Offset+uint64(s.Length), s.MR.length)
+		}
+		total += uint64(s.Length)
+	}
+	return total, nil
+}
+
+// writeSend fills one send slot as rdma-core's rxe provider does.
+func (qp *QP) writeSend(slot unsafe.Pointer, wr *SendWR) {
+	h := (*rxe.SendWQEHeader)(slot)
+	*h = rxe.SendWQEHeader{}
+	h.WRID = wr.ID
+	h.Opcode = uint32(wr.Op)
+	h.SendFlags = uint32(wr.Flags)
+	if wr.Op == OpSendWithImm || wr.Op == OpRDMAWriteWithImm {
+		h.ImmData = beUint32(wr.Imm)
+	}
+	switch wr.Op {
+	case OpRDMAWrite, OpRDMAWriteWithImm, OpRDMARead:
+		h.RemoteAddr = wr.Remote.Addr
+		h.RKeyOrCmp = uint64(wr.Remote.RKey)
+	case OpCompareSwap, OpFetchAdd:
+		h.RemoteAddr = wr.Remote.Addr
+		h.RKeyOrCmp = wr.CompareAdd
+		h.Swap = wr.Swap
+		h.AtomicRKey = wr.Remote.RKey
+	}
+	h.IOVA = h.RemoteAddr
+	payload := unsafe.Add(slot, rxe.SendWQEHeaderSize)
+	var total uint32
+	if wr.Flags&Inline != 0 {
+		dst := unsafe.Slice((*byte)(payload), qp.maxInline)
+		for _, s := range wr.Local {
+			total += uint32(copy(dst[total:], s.MR.mem.b[s.Offset:s.Offset+uint64(s.Length)]))
+		}
+	} else {
+		sges := unsafe.Slice((*rxe.SGE)(payload), len(wr.Local))
+		for i, s := range wr.Local {
+			sges[i] = rxe.SGE{Addr: s.MR.addr + s.Offset, Length: s.Length, LKey: s.MR.lkey}
+			total += s.Length
+		}
+	}
+	h.DMA = rxe.DMAInfo{Length: total, Resid: total, NumSGE: uint32(len(wr.Local))}
+}
+
+// PostRecv posts receive work requests. The receive queue needs no
+// doorbell: the device reads it when a message arrives. All or nothing, and
+// no allocation, as with PostSend.
+func (qp *QP) PostRecv(wrs ...RecvWR) error {
+	qp.rqMu.Lock()
+	defer qp.rqMu.Unlock()
+	if qp.closed {
+		return fmt.Errorf("verbs: QP %#x: %w", qp.qpn, ErrClosed)
+	}
+	if qp.state == QPReset {
+		return fmt.Errorf("verbs: posting a receive on QP %#x in state %s: %w", qp.qpn, qp.state, ErrState)
+	}
+	if free := qp.rq.Free(); uint32(len(wrs)) > free {
+		return fmt.Errorf("verbs: QP %#x: %w: %d requests, %d free receive slots", qp.qpn, ErrQueueFull, len(wrs), free)
+	}
+	for i := range wrs {
+		for _, s := range wrs[i].Local {
+			if s.MR != nil && s.MR.access&AccessLocalWrite == 0 {
+				return invalid("receive buffer needs local write access")
+			}
+		}
+		if _, err := qp.checkSGEs(wrs[i].Local, qp.maxRecvSGE, "receive"); err != nil {
+			return err
+		}
+	}
+	for i := range wrs {
+		slot := qp.rq.NextSlot(uint32(i))
+		h := (*rxe.RecvWQEHeader)(slot)
+		*h = rxe.RecvWQEHeader{WRID: wrs[i].ID}
+		sges := unsafe.Slice((*rxe.SGE)(unsafe.Add(slot, rxe.RecvWQEHeaderSize)), len(wrs[i].Local))
+		var total uint32
+		for j, s := range wrs[i].Local {
+			sges[j] = rxe.SGE{Addr: s.MR.addr + s.Offset, Length: s.Length, LKey: s.MR.lkey}
+			total += s.Length
+		}
+		h.DMA = rxe.DMAInfo{Length: total, Resid: total, NumSGE: uint32(len(wrs[i].Local))}
+	}
+	qp.rq.Publish(uint32(len(wrs)))
+	return nil
+}
