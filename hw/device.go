@@ -116,8 +116,10 @@ func readDevice(name, uverbsName string) (Device, error) {
 	d.Parent, _ = readAttr(filepath.Join(dir, "parent"))
 	if link, err := os.Readlink(filepath.Join(dir, "device/driver")); err == nil {
 		d.Driver = filepath.Base(link)
-	} else if strings.HasPrefix(name, "rxe") {
-		d.Driver = "rxe" // software devices have no bus device; rxe names itself
+	} else if d.Parent != "" {
+		// Software devices have no bus device. The "parent" attribute
+		// (the netdev) is rxe's own (rxe_attr_group).
+		d.Driver = "rxe"
 	}
 	if uverbsName != "" {
 		d.Uverbs = "/dev/infiniband/" + uverbsName

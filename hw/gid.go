@@ -49,6 +49,16 @@ func (g GID) String() string {
 // MarshalText makes GID print as text in JSON.
 func (g GID) MarshalText() ([]byte, error) { return []byte(g.String()), nil }
 
+// UnmarshalText parses what MarshalText (or sysfs) writes.
+func (g *GID) UnmarshalText(b []byte) error {
+	v, err := ParseGID(string(b))
+	if err != nil {
+		return err
+	}
+	*g = v
+	return nil
+}
+
 // GIDType is the RoCE flavour of a GID table entry.
 type GIDType string
 

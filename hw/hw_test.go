@@ -2,6 +2,7 @@ package hw
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -147,6 +148,21 @@ func TestNoDevices(t *testing.T) {
 	}
 	if err := probeUverbs(); !errors.Is(err, ErrNotSupported) {
 		t.Errorf("probeUverbs() = %v, want ErrNotSupported", err)
+	}
+}
+
+func TestGIDJSON(t *testing.T) {
+	g, _ := ParseGID("::ffff:192.0.2.7")
+	b, err := json.Marshal(struct{ G GID }{g})
+	if err != nil || string(b) != `{"G":"::ffff:192.0.2.7"}` {
+		t.Fatalf("marshal: %s, %v", b, err)
+	}
+	var back struct{ G GID }
+	if err := json.Unmarshal(b, &back); err != nil || back.G != g {
+		t.Errorf("unmarshal: %v, %v", back.G, err)
+	}
+	if err := json.Unmarshal([]byte(`{"G":"nonsense"}`), &back); err == nil {
+		t.Error("unmarshalled nonsense")
 	}
 }
 

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -131,4 +132,8 @@ func mustOK(t testing.TB, wcs []WorkCompletion) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
 }

@@ -284,8 +284,10 @@ const NoRetry = -1
 
 // RetryBound is the longest a requester waits for a dead peer before the
 // send queue's first outstanding request completes with
-// StatusRetryExcErr: (retries+1) retransmission periods, plus one period of
-// slack because rxe does not restart its timer exactly. A period is
+// StatusRetryExcErr. The error comes on the (retries+1)-th expiry of the
+// retransmission timer; the first expiry may come early because earlier
+// traffic armed the timer (rxe does not restart it per packet), so the wait
+// lies between retries and retries+2 periods. A period is
 // 4.096 µs << timeout, at least one tick (4 ms at CONFIG_HZ=250).
 func RetryBound(timeout uint8, retries int) time.Duration {
 	period := max(time.Duration(4096<<timeout)*time.Nanosecond, 4*time.Millisecond)
