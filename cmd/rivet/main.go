@@ -1,5 +1,6 @@
 // Command rivet is Rivet's command-line tool: it shows RDMA devices, manages
-// soft-RoCE links and watches link and port events.
+// soft-RoCE links, watches link and port events, and runs perftest-style
+// benchmarks.
 package main
 
 import (
@@ -18,6 +19,9 @@ Commands:
   rxe add NAME NETDEV      create a soft-RoCE device on a netdev (root)
   rxe del NAME             delete a soft-RoCE device (root)
   events [-json]           print link and port events until interrupted
+  perf <test> [flags] [server]
+                           perftest-style latency and bandwidth tests:
+                           write_lat read_lat atomic_lat send_lat write_bw read_bw
 
 Run "rivet <command> -h" for a command's flags.
 `
@@ -42,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = rxeCmd(args[1:], stdout)
 	case "events":
 		err = eventsCmd(ctx, args[1:], stdout, stderr)
+	case "perf":
+		err = perfCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

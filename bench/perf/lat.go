@@ -1,0 +1,250 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rivet-hpc/rivet/verbs"
+)
+
+// cqMod is how often a request is signaled (perftest's --cq-mod default).
+const cqMod = 100
+
+// spinLimit bounds every busy wait: a peer that stops answering is an
+// error, not a hang.
+const spinLimit = 10 * time.Second
+
+var errTimeout = errors.New("the peer stopped answering")
+
+// halves returns the region we send from and the one the peer writes into:
+// the two halves of the MR, at the same offsets on both sides.
+func (e *env) halves(size int) (src []byte, dst []byte, dstOff uint64) {
+	b := e.mr.Bytes()
+	off := len(b) / 2
+	return b[:size], b[off : off+size], uint64(off)
+}
+
+// lastByte loads the word holding b's last byte atomically, so the compiler
+// cannot hoist the load out of a polling loop, and returns that byte.
+func lastByte(b []byte) byte {
+	last := unsafe.Pointer(&b[len(b)-1])
+	shift := uintptr(last) & 3 // the region is page-aligned, so the word is inside it
+	w := atomic.LoadUint32((*uint32)(unsafe.Add(last, -int(shift))))
+	return byte(w >> (8 * shift))
+}
+
+// waitByte spins until b's last byte is v.
+func waitByte(ctx context.Context, b []byte, v byte) error {
+	for spins := 0; lastByte(b) != v; spins++ {
+		if spins&0xfffff == 0xfffff {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if spins > 0xfffff*64 {
+				return errTimeout
+			}
+		}
+	}
+	return nil
+}
+
+// reap polls the send CQ without waiting and fails on an error completion.
+func (e *env) reap(cq *verbs.CQ) (int, error) {
+	n, err := cq.Poll(e.wcs)
+	if err != nil {
+		return 0, err
+	}
+	for i := range e.wcs[:n] {
+		if err := e.wcs[i].Err(); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// waitWC spins until cq yields a completion, which must succeed.
+func (e *env) waitWC(ctx context.Context, cq *verbs.CQ) error {
+	deadline := time.Now().Add(spinLimit)
+	for spins := 0; ; spins++ {
+		n, err := cq.Poll(e.wcs[:1])
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			return e.wcs[0].Err()
+		}
+		if spins&0xffff == 0xffff {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return errTimeout
+			}
+		}
+	}
+}
+
+func (e *env) flags(size int, i int) verbs.SendFlags {
+	var f verbs.SendFlags
+	if size <= e.cfg.Inline {
+		f |= verbs.Inline
+	}
+	if i%cqMod == cqMod-1 {
+		f |= verbs.Signaled
+	}
+	return f
+}
+
+// writeLat is ib_write_lat: each side writes to the other and spins on the
+// last byte of its own buffer for the answer.
+func (e *env) writeLat(ctx context.Context, size int, client bool) (*Result, error) {
+	src, dst, off := e.halves(size)
+	wr := verbs.SendWR{Op: verbs.OpRDMAWrite, Local: []verbs.SGE{{MR: e.mr, Length: uint32(size)}}, Remote: e.remote.At(off)}
+	iters := e.cfg.Iters
+	for i := 0; i < iters; i++ {
+		v := byte(i%255 + 1)
+		if client {
+			e.times[i] = nanotime()
+		} else if err := waitByte(ctx, dst, v); err != nil {
+			return nil, err
+		}
+		src[size-1] = v
+		wr.Flags = e.flags(size, i)
+		if err := e.qp.PostSend(wr); err != nil {
+			return nil, err
+		}
+		if _, err := e.reap(e.scq); err != nil {
+			return nil, err
+		}
+		if client {
+			if err := waitByte(ctx, dst, v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	e.times[iters] = nanotime()
+	if !client {
+		return nil, nil
+	}
+	return e.latency(size, 2), nil
+}
+
+// sendLat is ib_send_lat: a ping-pong of sends, each side reposting its
+// receive as it consumes one.
+func (e *env) sendLat(ctx context.Context, size int, client bool) (*Result, error) {
+	_, _, off := e.halves(size)
+	recv := verbs.RecvWR{Local: []verbs.SGE{{MR: e.mr, Offset: off, Length: uint32(size)}}}
+	for i := 0; i < 64; i++ {
+		if err := e.qp.PostRecv(recv); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.sync(); err != nil { // both have receives posted
+		return nil, err
+	}
+	wr := verbs.SendWR{Op: verbs.OpSend, Local: []verbs.SGE{{MR: e.mr, Length: uint32(size)}}}
+	iters := e.cfg.Iters
+	for i := 0; i < iters; i++ {
+		if client {
+			e.times[i] = nanotime()
+		} else if err := e.recvOne(ctx, recv); err != nil {
+			return nil, err
+		}
+		wr.Flags = e.flags(size, i)
+		if err := e.qp.PostSend(wr); err != nil {
+			return nil, err
+		}
+		if _, err := e.reap(e.scq); err != nil {
+			return nil, err
+		}
+		if client {
+			if err := e.recvOne(ctx, recv); err != nil {
+				return nil, err
+			}
+		}
+	}
+	e.times[iters] = nanotime()
+	// Drain: flush our leftover receives by resetting nothing; the QP is
+	// reused for the next size, so leave exactly 64 posted.
+	if !client {
+		return nil, nil
+	}
+	return e.latency(size, 2), nil
+}
+
+func (e *env) recvOne(ctx context.Context, recv verbs.RecvWR) error {
+	if err := e.waitWC(ctx, e.rcq); err != nil {
+		return err
+	}
+	return e.qp.PostRecv(recv)
+}
+
+// opLat is ib_read_lat and ib_atomic_lat: one signaled operation at a time.
+func (e *env) opLat(ctx context.Context, size int) (*Result, error) {
+	_, _, off := e.halves(size)
+	wr := verbs.SendWR{Op: verbs.OpRDMARead, Flags: verbs.Signaled, Local: []verbs.SGE{{MR: e.mr, Length: uint32(size)}},
+		Remote: e.remote.At(off)}
+	if e.cfg.Test == AtomicLat {
+		wr.Op, wr.CompareAdd = verbs.OpFetchAdd, 1
+		if e.cfg.Atomic == "CMP_AND_SWAP" {
+			wr.Op, wr.CompareAdd, wr.Swap = verbs.OpCompareSwap, 0, 0
+		}
+	}
+	iters := e.cfg.Iters
+	for i := 0; i < iters; i++ {
+		e.times[i] = nanotime()
+		if err := e.qp.PostSend(wr); err != nil {
+			return nil, err
+		}
+		if err := e.waitWC(ctx, e.scq); err != nil {
+			return nil, err
+		}
+	}
+	e.times[iters] = nanotime()
+	return e.latency(size, 1), nil
+}
+
+// latency turns the timestamps into perftest's statistics; div is 2 for
+// round trips reported as one-way latency.
+func (e *env) latency(size, div int) *Result {
+	n := e.cfg.Iters
+	d := make([]float64, n)
+	for i := range d {
+		d[i] = float64(e.times[i+1]-e.times[i]) / float64(div)
+	}
+	slices.Sort(d)
+	var sum, sq float64
+	for _, v := range d {
+		sum += v
+	}
+	avg := sum / float64(n)
+	for _, v := range d {
+		sq += (v - avg) * (v - avg)
+	}
+	ns := func(v float64) time.Duration { return time.Duration(v) }
+	return &Result{
+		Size: size, Iters: n, Min: ns(d[0]), Max: ns(d[n-1]), Typical: ns(d[n/2]), Avg: ns(avg),
+		Stdev: ns(sqrt(sq / float64(n))), P99: ns(d[int(0.99*float64(n))]), P999: ns(d[min(n-1, int(0.999*float64(n)))]),
+	}
+}
+
+func sqrt(x float64) float64 {
+	if x <= 0 {
+		return 0
+	}
+	z := x
+	for i := 0; i < 50; i++ {
+		z = (z + x/z) / 2
+	}
+	return z
+}
+
+var start = time.Now()
+
+// nanotime is a monotonic clock reading; time.Since on a fixed start uses
+// the vDSO and allocates nothing.
+func nanotime() int64 { return int64(time.Since(start)) }

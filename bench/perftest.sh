@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs `rivet perf` and perftest side by side on one soft-RoCE device and
+# prints the ratios. It must run where an rxe device exists — normally:
+#
+#   go build -o bin/rxevm ./cmd/rxevm && go build -o bin/rivet ./cmd/rivet
+#   bin/rxevm -topology rxe bash bench/perftest.sh
+#
+# Each test runs ROUNDS times, alternating which program goes first; the
+# figure kept is the median over rounds of perftest's t_typical (itself a
+# median) or BW average. Server and client are two processes on the device
+# (loopback RC), as with perftest's usual single-node use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rivet=${RIVET:-bin/rivet}
+dev=${DEV:-rxe0}
+rounds=${ROUNDS:-5}
+gid=
+for ((i = 0; i < 16; i++)); do # the IPv4-mapped RoCE v2 GID, as perftest's -x wants it
+	p=/sys/class/infiniband/$dev/ports/1
+	if [ "$(cat $p/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ]; then
+		case $(cat $p/gids/$i) in 0000:0000:0000:0000:0000:ffff:*) gid=$i; break ;; esac
+	fi
+done
+[ -n "$gid" ] || { echo "perftest.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
+port=18700
+
+# run_pair NAME SERVER_CMD... -- CLIENT_CMD...: prints the client's result row
+run_pair() {
+	local -a srv cli
+	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	"${srv[@]}" >/tmp/perftest-srv.log 2>&1 &
+	local spid=$!
+	sleep 0.5
+	timeout 120 "${cli[@]}" 2>&1 | grep -E '^ +[0-9]' | tail -1 || true
+	wait $spid || true
+}
+
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print v[int((NR+1)/2)]}'; }
+
+# measure TEST PERFTEST_BIN SIZE ITERS COLUMN: COLUMN is the awk field of
+# the row to keep (5 = t_typical for latency, 4 = BW average for bandwidth)
+measure() {
+	local test=$1 bin=$2 size=$3 iters=$4 col=$5 r p
+	: >/tmp/perftest-r; : >/tmp/perftest-p
+	for ((i = 0; i < rounds; i++)); do
+		port=$((port + 2))
+		rivet_cmd() { run_pair "$rivet" perf "$test" -d "$dev" -x "$gid" -s "$size" -n "$iters" -p "$port" -- \
+			"$rivet" perf "$test" -d "$dev" -x "$gid" -s "$size" -n "$iters" -p "$port" 127.0.0.1; }
+		perftest_cmd() { run_pair "$bin" -d "$dev" -x "$gid" -s "$size" -n "$iters" -p $((port + 1)) -- \
+			"$bin" -d "$dev" -x "$gid" -s "$size" -n "$iters" -p $((port + 1)) 127.0.0.1; }
+		if ((i % 2 == 0)); then
+			rivet_cmd | awk -v c="$col" '{print $c}' >>/tmp/perftest-r
+			perftest_cmd | awk -v c="$col" '{print $c}' >>/tmp/perftest-p
+		else
+			perftest_cmd | awk -v c="$col" '{print $c}' >>/tmp/perftest-p
+			rivet_cmd | awk -v c="$col" '{print $c}' >>/tmp/perftest-r
+		fi
+	done
+	r=$(median </tmp/perftest-r)
+	p=$(median </tmp/perftest-p)
+	printf '| %-10s | %8s | %10s | %10s | %6s |\n' "$test" "$size" "$r" "$p" \
+		"$(awk -v r="$r" -v p="$p" 'BEGIN {if (p > 0) printf "%.3f", r / p; else print "nan"}')"
+}
+
+echo "rivet perf vs perftest on $dev (GID $gid), $rounds rounds, $(nproc) CPUs, kernel $(uname -r)"
+echo "perftest: $(ib_write_lat --version 2>&1 | head -1)"
+echo
+echo "| test       |     size |      rivet |   perftest |  ratio |"
+echo "|------------|----------|------------|------------|--------|"
+for s in 8 4096; do
+	measure write_lat ib_write_lat $s 5000 5
+	measure read_lat ib_read_lat $s 5000 5
+done
+measure atomic_lat ib_atomic_lat 8 5000 5
+measure send_lat ib_send_lat 8 5000 5
+measure write_bw ib_write_bw 65536 5000 4
+measure write_bw ib_write_bw 1048576 500 4
+echo
+echo "latency: t_typical in µs (lower is better; ratio ≤ 1.05 is the target)"
+echo "bandwidth: BW average in MB/s (higher is better; ratio ≥ 0.95 is the target)"
