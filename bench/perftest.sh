@@ -8,7 +8,9 @@
 # Each test runs ROUNDS times, alternating which program goes first; the
 # figure kept is the median over rounds of perftest's t_typical (itself a
 # median) or BW average. Server and client are two processes on the device
-# (loopback RC), as with perftest's usual single-node use.
+# (loopback RC), as with perftest's usual single-node use, pinned to CPUs 1
+# and 0 (the same for both programs): unpinned, the scheduler's choices
+# moved single results by ±20% between otherwise identical runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rivet=${RIVET:-bin/rivet}
@@ -23,6 +25,8 @@ for ((i = 0; i < 16; i++)); do # the IPv4-mapped RoCE v2 GID, as perftest's -x w
 done
 [ -n "$gid" ] || { echo "perftest.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
 port=18700
+srv_cpu=$(($(nproc) - 1))
+cli_cpu=0
 
 # run_pair NAME SERVER_CMD... -- CLIENT_CMD...: prints the client's result row
 run_pair() {
@@ -30,10 +34,10 @@ run_pair() {
 	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
 	shift
 	cli=("$@")
-	"${srv[@]}" >/tmp/perftest-srv.log 2>&1 &
+	taskset -c "$srv_cpu" "${srv[@]}" >/tmp/perftest-srv.log 2>&1 &
 	local spid=$!
 	sleep 0.5
-	timeout 120 "${cli[@]}" 2>&1 | grep -E '^ +[0-9]' | tail -1 || true
+	timeout 120 taskset -c "$cli_cpu" "${cli[@]}" 2>&1 | grep -E '^ +[0-9]' | tail -1 || true
 	wait $spid || true
 }
 
@@ -64,7 +68,7 @@ measure() {
 		"$(awk -v r="$r" -v p="$p" 'BEGIN {if (p > 0) printf "%.3f", r / p; else print "nan"}')"
 }
 
-echo "rivet perf vs perftest on $dev (GID $gid), $rounds rounds, $(nproc) CPUs, kernel $(uname -r)"
+echo "rivet perf vs perftest on $dev (GID $gid), $rounds rounds, $(nproc) CPUs (server on $srv_cpu, client on $cli_cpu), kernel $(uname -r)"
 echo "perftest: $(ib_write_lat --version 2>&1 | head -1)"
 echo
 echo "| test       |     size |      rivet |   perftest |  ratio |"
