@@ -175,8 +175,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 		return nil, fmt.Errorf("the peer runs %s -s %d -n %d (all sizes %v), this side %s -s %d -n %d (all sizes %v)",
 			peer.Test, peer.Size, peer.Iters, peer.AllSizes, cfg.Test, cfg.Size, cfg.Iters, cfg.AllSizes)
 	}
-	cc := verbs.ConnectConfig{GIDIndex: cfg.GIDIndex, MaxRdAtomic: min(128, e.ctx.Attr().MaxQPRdAtom),
-		MaxDestRdAtomic: min(128, e.ctx.Attr().MaxQPRdAtom)}
+	// Outstanding reads and atomics: as many as the device allows for the
+	// bandwidth tests, one for the latency tests, which never have more in
+	// flight.
+	rd := 1
+	if cfg.isBW() {
+		rd = min(128, e.ctx.Attr().MaxQPRdAtom)
+	}
+	cc := verbs.ConnectConfig{GIDIndex: cfg.GIDIndex, MaxRdAtomic: rd, MaxDestRdAtomic: rd}
 	if err := e.qp.Connect(peer.Endpoint, cc); err != nil {
 		return nil, err
 	}
@@ -280,11 +286,17 @@ func newEnv(cfg Config) (e *env, err error) {
 	if e.pd, err = e.ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	depth := max(cfg.TxDepth, 512)
-	if e.scq, err = e.ctx.NewCQ(verbs.CQConfig{Size: depth}); err != nil {
+	// Latency tests keep one request in flight: small rings, as perftest's
+	// tx depth of 1, so every operation touches the same few pages of ring
+	// (under emulation a fresh page per operation costs microseconds).
+	sendDepth, recvDepth := 4, 64
+	if cfg.isBW() {
+		sendDepth, recvDepth = cfg.TxDepth, 16
+	}
+	if e.scq, err = e.ctx.NewCQ(verbs.CQConfig{Size: sendDepth}); err != nil {
 		return nil, err
 	}
-	if e.rcq, err = e.ctx.NewCQ(verbs.CQConfig{Size: depth}); err != nil {
+	if e.rcq, err = e.ctx.NewCQ(verbs.CQConfig{Size: recvDepth}); err != nil {
 		return nil, err
 	}
 	size := cfg.Size
@@ -295,7 +307,7 @@ func newEnv(cfg Config) (e *env, err error) {
 	if e.mr, err = e.pd.Alloc(2*((size+63)&^63), verbs.AccessAll); err != nil {
 		return nil, err
 	}
-	e.qp, err = e.pd.NewQP(verbs.QPConfig{SendCQ: e.scq, RecvCQ: e.rcq, MaxSendWR: depth, MaxRecvWR: depth,
+	e.qp, err = e.pd.NewQP(verbs.QPConfig{SendCQ: e.scq, RecvCQ: e.rcq, MaxSendWR: sendDepth, MaxRecvWR: recvDepth,
 		MaxInline: cfg.Inline, Port: cfg.IBPort})
 	if err != nil {
 		return nil, err
