@@ -9,8 +9,10 @@
 # figure kept is the median over rounds of perftest's t_typical (itself a
 # median) or BW average. Server and client are two processes on the device
 # (loopback RC), as with perftest's usual single-node use, pinned to CPUs 1
-# and 0 (the same for both programs): unpinned, the scheduler's choices
-# moved single results by ±20% between otherwise identical runs.
+# and 0 (the same for both programs; PIN=0 turns that off): unpinned, the
+# scheduler's choices moved medians by ±20% between identical runs; pinned,
+# medians are steadier but tails grow (a spinning process delays rxe's
+# softirq work on its CPU by up to a time slice).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rivet=${RIVET:-bin/rivet}
@@ -27,6 +29,7 @@ done
 port=18700
 srv_cpu=$(($(nproc) - 1))
 cli_cpu=0
+if [ "${PIN:-1}" = 0 ]; then srv_cpu=0-$srv_cpu cli_cpu=0-$srv_cpu; fi
 
 # run_pair NAME SERVER_CMD... -- CLIENT_CMD...: prints the client's result row
 run_pair() {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -20,9 +19,7 @@ type Context struct {
 	attr  DeviceAttr
 	async *os.File
 
-	mu       sync.Mutex
-	children int // PDs, CQs and completion channels not yet closed
-	closed   bool
+	lifetime                // children: PDs, CQs and completion channels; mu also guards what follows
 	cqs      map[uint64]*CQ // by user_handle, for completion events
 	qps      map[uint64]*QP // by user_handle, for async events
 	nextID   atomic.Uint64
@@ -95,11 +92,12 @@ func Open(name string) (*Context, error) {
 	async := os.NewFile(uintptr(uv.AsyncFD), dev.Name+"-async")
 	uv.AsyncFD = -1
 	c := &Context{
-		dev:   dev,
-		uv:    uv,
-		async: async,
-		cqs:   map[uint64]*CQ{},
-		qps:   map[uint64]*QP{},
+		lifetime: lifetime{kind: "device " + dev.Name},
+		dev:      dev,
+		uv:       uv,
+		async:    async,
+		cqs:      map[uint64]*CQ{},
+		qps:      map[uint64]*QP{},
 		attr: DeviceAttr{
 			FWVer: da.FWVer, MaxMRSize: da.MaxMRSize, MaxQP: int(da.MaxQP), MaxQPWR: int(da.MaxQPWR),
 			MaxSGE: int(da.MaxSGE), MaxCQ: int(da.MaxCQ), MaxCQE: int(da.MaxCQE), MaxMR: int(da.MaxMR),
@@ -147,37 +145,19 @@ func (c *Context) QueryPort(port int) (PortAttr, error) {
 	}, nil
 }
 
-// acquire registers a child; it fails once the Context is closed.
-func (c *Context) acquire() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return fmt.Errorf("verbs: device %s: %w", c.dev.Name, ErrClosed)
-	}
-	c.children++
-	return nil
-}
-
-func (c *Context) release() {
-	c.mu.Lock()
-	c.children--
-	c.mu.Unlock()
-}
-
 // Close closes the device. Every PD, CQ and completion channel must be
 // closed first; otherwise Close returns an error wrapping ErrBusy and
 // leaves everything open. Closing twice is not an error.
 func (c *Context) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	return c.close("PDs, CQs or channels are", func() error { return errors.Join(c.async.Close(), c.uv.Close()) }, nil)
+}
+
+// wrapIf is wrap for an error that may be nil.
+func (c *Context) wrapIf(err error) error {
+	if err == nil {
 		return nil
 	}
-	if c.children > 0 {
-		return fmt.Errorf("verbs: closing %s: %w: %d PDs, CQs or channels are open", c.dev.Name, ErrBusy, c.children)
-	}
-	c.closed = true
-	return errors.Join(c.async.Close(), c.uv.Close())
+	return c.wrap(err)
 }
 
 func (c *Context) wrap(err error) error {

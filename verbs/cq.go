@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -82,11 +81,9 @@ type CQ struct {
 	id      uint64
 	channel *CompChannel
 
-	mu     sync.Mutex // guards ring and closed
-	ring   *rxe.Queue
-	closed bool
-	qps    int // QPs that post to it
-	events uint32
+	lifetime // children: the QPs that use it; mu also guards ring and events
+	ring     *rxe.Queue
+	events   uint32
 }
 
 // NewCQ creates a completion queue.
@@ -100,19 +97,24 @@ func (c *Context) NewCQ(cfg CQConfig) (*CQ, error) {
 	id := c.nextID.Add(1)
 	chFD := int32(-1)
 	if cfg.Channel != nil {
-		fd, err := cfg.Channel.fd()
-		if err != nil {
+		if err := cfg.Channel.acquire(); err != nil {
 			c.release()
 			return nil, err
 		}
-		chFD = int32(fd)
+		chFD = int32(cfg.Channel.fd())
+	}
+	release := func() {
+		if cfg.Channel != nil {
+			cfg.Channel.release()
+		}
+		c.release()
 	}
 	r, err := c.uv.CreateCQ(id, uint32(cfg.Size), uint32(cfg.Vector), chFD)
 	if err != nil {
-		c.release()
+		release()
 		return nil, c.wrap(err)
 	}
-	cq := &CQ{ctx: c, handle: r.CQHandle, id: id, channel: cfg.Channel}
+	cq := &CQ{ctx: c, handle: r.CQHandle, id: id, channel: cfg.Channel, lifetime: lifetime{kind: "CQ"}}
 	buf, err := c.uv.MmapRing(r.MI)
 	if err == nil {
 		cq.ring, err = rxe.NewQueue(buf)
@@ -126,16 +128,13 @@ func (c *Context) NewCQ(cfg CQConfig) (*CQ, error) {
 	}
 	if err != nil {
 		c.uv.DestroyCQ(r.CQHandle)
-		c.release()
+		release()
 		return nil, c.wrap(err)
 	}
 	cq.ring.InitConsumer()
 	c.mu.Lock()
 	c.cqs[id] = cq
 	c.mu.Unlock()
-	if cfg.Channel != nil {
-		cfg.Channel.bind(cq)
-	}
 	return cq, nil
 }
 
@@ -217,53 +216,28 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 
 // Close destroys the CQ; queue pairs using it must be closed first.
 func (cq *CQ) Close() error {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if cq.closed {
-		return nil
-	}
-	if cq.qps > 0 {
-		return fmt.Errorf("verbs: closing CQ: %w: %d queue pairs use it", ErrBusy, cq.qps)
-	}
-	if _, err := cq.ctx.uv.DestroyCQ(cq.handle); err != nil {
-		return cq.ctx.wrap(err)
-	}
-	cq.closed = true
-	err := unix.Munmap(cq.ring.Bytes())
-	cq.ctx.mu.Lock()
-	delete(cq.ctx.cqs, cq.id)
-	cq.ctx.mu.Unlock()
-	if cq.channel != nil {
-		cq.channel.unbind()
-	}
-	cq.ctx.release()
-	return err
-}
-
-func (cq *CQ) use() error {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if cq.closed {
-		return fmt.Errorf("verbs: CQ: %w", ErrClosed)
-	}
-	cq.qps++
-	return nil
-}
-
-func (cq *CQ) unuse() {
-	cq.mu.Lock()
-	cq.qps--
-	cq.mu.Unlock()
+	return cq.close("queue pairs using it are", func() error {
+		_, err := cq.ctx.uv.DestroyCQ(cq.handle)
+		return cq.ctx.wrapIf(err)
+	}, func() error {
+		// Unmapped after the lock is dropped: Poll sees closed first.
+		err := unix.Munmap(cq.ring.Bytes())
+		cq.ctx.mu.Lock()
+		delete(cq.ctx.cqs, cq.id)
+		cq.ctx.mu.Unlock()
+		if cq.channel != nil {
+			cq.channel.release()
+		}
+		cq.ctx.release()
+		return err
+	})
 }
 
 // CompChannel delivers completion events from armed CQs (ibv_comp_channel).
 type CompChannel struct {
-	ctx  *Context
-	file *os.File
-
-	mu     sync.Mutex
-	cqs    int
-	closed bool
+	ctx      *Context
+	file     *os.File
+	lifetime // children: the CQs that report to it
 }
 
 // NewCompChannel creates a completion channel.
@@ -282,26 +256,19 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 		c.release()
 		return nil, c.wrap(err)
 	}
-	return &CompChannel{ctx: c, file: os.NewFile(uintptr(fd), c.dev.Name+"-comp")}, nil
+	return &CompChannel{ctx: c, file: os.NewFile(uintptr(fd), c.dev.Name+"-comp"),
+		lifetime: lifetime{kind: "completion channel"}}, nil
 }
 
-func (ch *CompChannel) fd() (int, error) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.closed {
-		return -1, fmt.Errorf("verbs: completion channel: %w", ErrClosed)
-	}
-	rc, err := ch.file.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
+// fd is the channel's descriptor; the caller holds a reference (acquire),
+// so the file is open.
+func (ch *CompChannel) fd() int {
 	fd := -1
-	rc.Control(func(f uintptr) { fd = int(f) })
-	return fd, nil
+	if rc, err := ch.file.SyscallConn(); err == nil {
+		rc.Control(func(f uintptr) { fd = int(f) })
+	}
+	return fd
 }
-
-func (ch *CompChannel) bind(*CQ) { ch.mu.Lock(); ch.cqs++; ch.mu.Unlock() }
-func (ch *CompChannel) unbind()  { ch.mu.Lock(); ch.cqs--; ch.mu.Unlock() }
 
 // Wait blocks until an armed CQ on this channel has a completion, and
 // returns that CQ (re-arm it to get another event). It sleeps in the Go
@@ -335,17 +302,7 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 
 // Close closes the channel; CQs using it must be closed first.
 func (ch *CompChannel) Close() error {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.closed {
-		return nil
-	}
-	if ch.cqs > 0 {
-		return fmt.Errorf("verbs: closing completion channel: %w: %d CQs use it", ErrBusy, ch.cqs)
-	}
-	ch.closed = true
-	ch.ctx.release()
-	return ch.file.Close()
+	return ch.close("CQs using it are", ch.file.Close, func() error { ch.ctx.release(); return nil })
 }
 
 func beUint32(v uint32) uint32 {

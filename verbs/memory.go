@@ -3,7 +3,6 @@ package verbs
 import (
 	"fmt"
 	"os"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -11,10 +10,8 @@ import (
 // Memory is a page-aligned region from mmap: memory the Go runtime will
 // never move or free, and so the only kind Rivet lets a device access.
 type Memory struct {
-	b      []byte
-	mu     sync.Mutex
-	mrs    int
-	closed bool
+	b        []byte
+	lifetime // children: registrations
 }
 
 // AllocMemory maps size bytes (rounded up to whole pages) of zeroed memory.
@@ -33,7 +30,7 @@ func AllocMemory(size int) (*Memory, error) {
 		unix.Munmap(b)
 		return nil, fmt.Errorf("verbs: madvise: %w", err)
 	}
-	return &Memory{b: b[:size:n]}, nil
+	return &Memory{b: b[:size:n], lifetime: lifetime{kind: "memory"}}, nil
 }
 
 // Bytes returns the region. It stays valid until Close.
@@ -45,30 +42,5 @@ func (m *Memory) Len() int { return len(m.b) }
 // Close unmaps the region. It fails with ErrBusy while a memory region
 // registered over it is open.
 func (m *Memory) Close() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil
-	}
-	if m.mrs > 0 {
-		return fmt.Errorf("verbs: unmapping memory: %w: %d registrations are open", ErrBusy, m.mrs)
-	}
-	m.closed = true
-	return unix.Munmap(m.b[:cap(m.b)])
-}
-
-func (m *Memory) acquire() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return fmt.Errorf("verbs: memory: %w", ErrClosed)
-	}
-	m.mrs++
-	return nil
-}
-
-func (m *Memory) release() {
-	m.mu.Lock()
-	m.mrs--
-	m.mu.Unlock()
+	return m.close("registrations are", func() error { return unix.Munmap(m.b[:cap(m.b)]) }, nil)
 }

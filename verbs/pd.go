@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -10,12 +9,9 @@ import (
 // PD is a protection domain (ibv_pd): memory regions and queue pairs in one
 // PD may be used together.
 type PD struct {
-	ctx    *Context
-	handle uint32
-
-	mu       sync.Mutex
-	children int // MRs and QPs
-	closed   bool
+	ctx      *Context
+	handle   uint32
+	lifetime // children: MRs and QPs
 }
 
 // AllocPD allocates a protection domain.
@@ -28,41 +24,14 @@ func (c *Context) AllocPD() (*PD, error) {
 		c.release()
 		return nil, c.wrap(err)
 	}
-	return &PD{ctx: c, handle: h}, nil
+	return &PD{ctx: c, handle: h, lifetime: lifetime{kind: "PD"}}, nil
 }
 
 // Close deallocates the PD; its MRs and QPs must be closed first (ErrBusy).
 func (pd *PD) Close() error {
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if pd.closed {
-		return nil
-	}
-	if pd.children > 0 {
-		return fmt.Errorf("verbs: closing PD: %w: %d memory regions or queue pairs are open", ErrBusy, pd.children)
-	}
-	if err := pd.ctx.uv.DeallocPD(pd.handle); err != nil {
-		return pd.ctx.wrap(err)
-	}
-	pd.closed = true
-	pd.ctx.release()
-	return nil
-}
-
-func (pd *PD) acquire() error {
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if pd.closed {
-		return fmt.Errorf("verbs: PD: %w", ErrClosed)
-	}
-	pd.children++
-	return nil
-}
-
-func (pd *PD) release() {
-	pd.mu.Lock()
-	pd.children--
-	pd.mu.Unlock()
+	return pd.close("memory regions or queue pairs are",
+		func() error { return pd.ctx.wrapIf(pd.ctx.uv.DeallocPD(pd.handle)) },
+		func() error { pd.ctx.release(); return nil })
 }
 
 // Access says what a memory region or queue pair allows (ibv_access_flags).

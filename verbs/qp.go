@@ -139,20 +139,20 @@ func (pd *PD) NewQP(cfg QPConfig) (*QP, error) {
 	if err := pd.acquire(); err != nil {
 		return nil, err
 	}
-	if err := cfg.SendCQ.use(); err != nil {
+	if err := cfg.SendCQ.acquire(); err != nil {
 		pd.release()
 		return nil, err
 	}
-	if err := cfg.RecvCQ.use(); err != nil {
-		cfg.SendCQ.unuse()
+	if err := cfg.RecvCQ.acquire(); err != nil {
+		cfg.SendCQ.release()
 		pd.release()
 		return nil, err
 	}
 	qp := &QP{pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, id: c.nextID.Add(1), port: cfg.Port,
 		psn: rand.Uint32() & 0xffffff, maxMsg: port.MaxMsgSize}
 	if err := qp.create(cfg); err != nil {
-		cfg.RecvCQ.unuse()
-		cfg.SendCQ.unuse()
+		cfg.RecvCQ.release()
+		cfg.SendCQ.release()
 		pd.release()
 		return nil, err
 	}
@@ -506,8 +506,8 @@ func (qp *QP) Close() error {
 	c.mu.Lock()
 	delete(c.qps, qp.id)
 	c.mu.Unlock()
-	qp.sendCQ.unuse()
-	qp.recvCQ.unuse()
+	qp.sendCQ.release()
+	qp.recvCQ.release()
 	qp.pd.release()
 	return err
 }
