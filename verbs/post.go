@@ -204,6 +204,8 @@ func (qp *QP) writeSend(slot unsafe.Pointer, wr *SendWR) {
 		h.AtomicRKey = wr.Remote.RKey
 	}
 	h.IOVA = h.RemoteAddr
+	qp.ssn++
+	h.SSN = qp.ssn // the send sequence number, counted as rdma-core's provider does
 	payload := unsafe.Add(slot, rxe.SendWQEHeaderSize)
 	var total uint32
 	if wr.Flags&Inline != 0 {

@@ -82,6 +82,7 @@ type QP struct {
 	// change only with both held.
 	sqMu   sync.Mutex
 	sq     *rxe.Queue
+	ssn    uint32 // send sequence number of the last posted WQE
 	bell   *uverbs.Doorbell
 	rqMu   sync.Mutex
 	rq     *rxe.Queue
