@@ -81,9 +81,8 @@ type CQ struct {
 	id      uint64
 	channel *CompChannel
 
-	lifetime // children: the QPs that use it; mu also guards ring and events
+	lifetime // children: the QPs that use it; mu also guards ring
 	ring     *rxe.Queue
-	events   uint32
 }
 
 // NewCQ creates a completion queue.
@@ -294,9 +293,6 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	if cq == nil {
 		return nil, fmt.Errorf("verbs: completion event for unknown CQ %d", id)
 	}
-	cq.mu.Lock()
-	cq.events++
-	cq.mu.Unlock()
 	return cq, nil
 }
 

@@ -12,6 +12,7 @@ import (
 // side is one end of a test connection: its own device context, PD, CQs,
 // QP and one registered buffer.
 type side struct {
+	opened   []interface{ Close() error } // in creation order
 	ctx      *Context
 	pd       *PD
 	scq, rcq *CQ
@@ -32,31 +33,36 @@ func openSide(t testing.TB, dev string, cfg sideConfig) *side {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &side{ctx: ctx}
+	s := &side{ctx: ctx, opened: []interface{ Close() error }{ctx}}
 	t.Cleanup(func() { s.close(t) })
 	if s.pd, err = ctx.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
+	s.opened = append(s.opened, s.pd)
 	if cfg.cqSize == 0 {
 		cfg.cqSize = 1024
 	}
 	if s.scq, err = ctx.NewCQ(CQConfig{Size: cfg.cqSize}); err != nil {
 		t.Fatal(err)
 	}
+	s.opened = append(s.opened, s.scq)
 	if s.rcq, err = ctx.NewCQ(CQConfig{Size: cfg.cqSize}); err != nil {
 		t.Fatal(err)
 	}
+	s.opened = append(s.opened, s.rcq)
 	if cfg.bufSize == 0 {
 		cfg.bufSize = 1 << 20
 	}
 	if s.mr, err = s.pd.Alloc(cfg.bufSize, AccessAll); err != nil {
 		t.Fatal(err)
 	}
+	s.opened = append(s.opened, s.mr)
 	qc := cfg.QPConfig
 	qc.SendCQ, qc.RecvCQ = s.scq, s.rcq
 	if s.qp, err = s.pd.NewQP(qc); err != nil {
 		t.Fatal(err)
 	}
+	s.opened = append(s.opened, s.qp)
 	d := ctx.Device()
 	g, err := hw.GIDByNetdev(d.Ports[0].Netdev)
 	if err != nil {
@@ -66,14 +72,12 @@ func openSide(t testing.TB, dev string, cfg sideConfig) *side {
 	return s
 }
 
+// close closes what openSide made, children first; every Close must work.
 func (s *side) close(t testing.TB) {
 	t.Helper()
-	for _, c := range []interface{ Close() error }{s.qp, s.mr, s.scq, s.rcq, s.pd, s.ctx} {
-		if c == nil || c == (*QP)(nil) || c == (*MR)(nil) || c == (*CQ)(nil) || c == (*PD)(nil) || c == (*Context)(nil) {
-			continue
-		}
-		if err := c.Close(); err != nil {
-			t.Errorf("close %T: %v", c, err)
+	for i := len(s.opened) - 1; i >= 0; i-- {
+		if err := s.opened[i].Close(); err != nil {
+			t.Errorf("close %T: %v", s.opened[i], err)
 		}
 	}
 }

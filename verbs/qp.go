@@ -361,13 +361,11 @@ func (qp *QP) Connect(remote Endpoint, cfg ConnectConfig) error {
 		return invalid("GID index %d (table has %d entries)", sgid, port.GIDTableLen)
 	}
 
-	qp.sqMu.Lock()
-	qp.rqMu.Lock()
-	defer qp.rqMu.Unlock()
-	defer qp.sqMu.Unlock()
-	if qp.closed {
-		return fmt.Errorf("verbs: QP %#x: %w", qp.qpn, ErrClosed)
+	unlock, err := qp.lockOpen()
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	if qp.state != QPInit {
 		return fmt.Errorf("verbs: connecting QP %#x in state %s: %w", qp.qpn, qp.state, ErrState)
 	}
@@ -471,19 +469,30 @@ func (qp *QP) Query() (QPAttr, error) {
 // SetError moves the QP to ERR: outstanding work requests complete with
 // StatusWRFlushErr. It is how a QP is drained before Close.
 func (qp *QP) SetError() error {
-	qp.sqMu.Lock()
-	qp.rqMu.Lock()
-	defer qp.rqMu.Unlock()
-	defer qp.sqMu.Unlock()
-	if qp.closed {
-		return fmt.Errorf("verbs: QP %#x: %w", qp.qpn, ErrClosed)
+	unlock, err := qp.lockOpen()
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	m := uverbs.ModifyQP{QPHandle: qp.handle, QPState: uint8(QPError), AttrMask: uverbs.QPState}
 	if err := qp.pd.ctx.uv.ModifyQP(m); err != nil {
 		return qp.pd.ctx.wrap(err)
 	}
 	qp.state = QPError
 	return nil
+}
+
+// lockOpen takes both sides' locks, as every state change does, and fails
+// if the QP is closed.
+func (qp *QP) lockOpen() (unlock func(), err error) {
+	qp.sqMu.Lock()
+	qp.rqMu.Lock()
+	unlock = func() { qp.rqMu.Unlock(); qp.sqMu.Unlock() }
+	if qp.closed {
+		unlock()
+		return nil, fmt.Errorf("verbs: QP %#x: %w", qp.qpn, ErrClosed)
+	}
+	return unlock, nil
 }
 
 // Close destroys the QP and unmaps its rings. Posting afterwards returns

@@ -271,6 +271,7 @@ type env struct {
 	sync   func() error
 	wcs    []verbs.WorkCompletion
 	times  []int64
+	opened []io.Closer // in creation order; closed in reverse
 }
 
 func newEnv(cfg Config) (e *env, err error) {
@@ -283,9 +284,11 @@ func newEnv(cfg Config) (e *env, err error) {
 	if e.ctx, err = verbs.Open(cfg.Device); err != nil {
 		return nil, err
 	}
+	e.opened = append(e.opened, e.ctx)
 	if e.pd, err = e.ctx.AllocPD(); err != nil {
 		return nil, err
 	}
+	e.opened = append(e.opened, e.pd)
 	// Latency tests keep one request in flight: small rings, as perftest's
 	// tx depth of 1, so every operation touches the same few pages of ring
 	// (under emulation a fresh page per operation costs microseconds).
@@ -296,9 +299,11 @@ func newEnv(cfg Config) (e *env, err error) {
 	if e.scq, err = e.ctx.NewCQ(verbs.CQConfig{Size: sendDepth}); err != nil {
 		return nil, err
 	}
+	e.opened = append(e.opened, e.scq)
 	if e.rcq, err = e.ctx.NewCQ(verbs.CQConfig{Size: recvDepth}); err != nil {
 		return nil, err
 	}
+	e.opened = append(e.opened, e.rcq)
 	size := cfg.Size
 	if cfg.AllSizes {
 		size = maxSize
@@ -307,11 +312,13 @@ func newEnv(cfg Config) (e *env, err error) {
 	if e.mr, err = e.pd.Alloc(2*((size+63)&^63), verbs.AccessAll); err != nil {
 		return nil, err
 	}
+	e.opened = append(e.opened, e.mr)
 	e.qp, err = e.pd.NewQP(verbs.QPConfig{SendCQ: e.scq, RecvCQ: e.rcq, MaxSendWR: sendDepth, MaxRecvWR: recvDepth,
 		MaxInline: cfg.Inline, Port: cfg.IBPort})
 	if err != nil {
 		return nil, err
 	}
+	e.opened = append(e.opened, e.qp)
 	port, err := e.ctx.QueryPort(cfg.IBPort)
 	if err != nil {
 		return nil, err
@@ -334,27 +341,9 @@ func newEnv(cfg Config) (e *env, err error) {
 }
 
 func (e *env) close() {
-	for _, c := range []io.Closer{e.qp, e.mr, e.scq, e.rcq, e.pd, e.ctx} {
-		if c != nil && !isNil(c) {
-			c.Close()
-		}
+	for i := len(e.opened) - 1; i >= 0; i-- {
+		e.opened[i].Close()
 	}
-}
-
-func isNil(c io.Closer) bool {
-	switch v := c.(type) {
-	case *verbs.QP:
-		return v == nil
-	case *verbs.MR:
-		return v == nil
-	case *verbs.CQ:
-		return v == nil
-	case *verbs.PD:
-		return v == nil
-	case *verbs.Context:
-		return v == nil
-	}
-	return false
 }
 
 func (e *env) run(ctx context.Context, size int) (*Result, error) {
