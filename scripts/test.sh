@@ -7,10 +7,11 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the VM suite needs: qemu and a kernel to boot, busybox and
 # kmod to build the initramfs, xz to unpack the kernel for fast boots,
-# iproute2/rdma-core for the guest's tools, and the C reference stack
-# (libibverbs providers, ibverbs-utils, perftest) to compare against.
+# iproute2/rdma-core for the guest's tools, the C reference stack
+# (libibverbs providers, ibverbs-utils, perftest) to compare against, and
+# MPICH for its Hydra launcher, which the PMI bootstrap is tested under.
 packages=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod xz-utils iproute2
-	rdma-core ibverbs-providers ibverbs-utils perftest)
+	rdma-core ibverbs-providers ibverbs-utils perftest mpich)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
@@ -31,9 +32,10 @@ echo "== go vet"
 go vet ./...
 
 echo "== host tests (-race)"
-# Includes cmd/rxevm's own tests, which boot VMs; tests that need soft-RoCE
-# skip here with a reason and run in the VM suite below.
-RIVET_REQUIRE_VM=1 go test -race -count=1 ./...
+# Includes cmd/rxevm's own tests, which boot VMs, and the PMI tests under
+# Hydra; tests that need soft-RoCE skip here with a reason and run in the VM
+# suite below. The REQUIRE variables turn a missing tool into a failure.
+RIVET_REQUIRE_VM=1 RIVET_REQUIRE_TOOLS=1 go test -race -count=1 ./...
 t1=$SECONDS
 
 echo "== soft-RoCE suite in the VM"
