@@ -102,7 +102,7 @@ type Result struct {
 	Signal   syscall.Signal // the signal that killed the command, or 0
 	Accel    Accel          // the accelerator used
 	Kernel   string         // the kernel version booted
-	Boot     time.Duration  // from qemu start to the guest agent running (guest clock)
+	Boot     time.Duration  // the guest kernel's uptime when the agent started: boot time as the guest counts it
 	Total    time.Duration  // the whole run, as the host saw it
 }
 
