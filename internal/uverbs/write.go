@@ -198,3 +198,15 @@ func (c *Context) MmapRing(mi MMInfo) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// DoorbellOnFD is a doorbell that writes its POST_SEND command to fd: for
+// measuring the user-space half of posting without a device (fd on
+// /dev/null). The response pointer is unused by such a target.
+func DoorbellOnFD(fd int) *Doorbell {
+	d := &Doorbell{fd: fd}
+	binary.NativeEndian.PutUint32(d.buf[0:], CmdPostSend)
+	binary.NativeEndian.PutUint16(d.buf[4:], uint16(len(d.buf)/4))
+	binary.NativeEndian.PutUint16(d.buf[6:], 1)
+	binary.NativeEndian.PutUint32(d.buf[28:], 56)
+	return d
+}
