@@ -242,7 +242,8 @@ func hydraChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.PutBlob(ctx, "ep-"+strconv.Itoa(c.Rank()), []byte(fmt.Sprintf("endpoint of %d", c.Rank()))); err != nil {
+	ep := func(r int) []byte { return bytes.Repeat([]byte(fmt.Sprintf("endpoint of %d;", r)), 200) } // several chunks
+	if err := c.PutBlob(ctx, "ep-"+strconv.Itoa(c.Rank()), ep(c.Rank())); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Fence(ctx); err != nil {
@@ -250,7 +251,7 @@ func hydraChild(t *testing.T) {
 	}
 	for p := 0; p < c.Size(); p++ {
 		b, err := c.GetBlob(ctx, "ep-"+strconv.Itoa(p))
-		if err != nil || string(b) != fmt.Sprintf("endpoint of %d", p) {
+		if err != nil || !bytes.Equal(b, ep(p)) {
 			t.Fatalf("rank %d reading %d: %q, %v", c.Rank(), p, b, err)
 		}
 	}

@@ -190,7 +190,7 @@ func (s *Server) handle(ctx context.Context, rank int, v2 bool, m msg) (msg, boo
 		return ok("response_to_init", kv{"pmi_version", "1"}, kv{"pmi_subversion", "1"}), false, nil
 	case "get_maxes":
 		return ok("maxes", kv{"kvsname_max", "256"}, kv{"keylen_max", strconv.Itoa(MaxKey)},
-			kv{"vallen_max", strconv.Itoa(MaxValue)}), false, nil
+			kv{"vallen_max", "1024"}), false, nil
 	case "get_my_kvsname":
 		return ok("my_kvsname", kv{"kvsname", s.JobID}), false, nil
 	case "get_universe_size":

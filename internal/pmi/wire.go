@@ -14,11 +14,13 @@ import (
 	"strings"
 )
 
-// Limits that Hydra and Slurm advertise; values longer than MaxValue must
-// be split by the caller (see Client.PutBlob).
+// Limits. Hydra and Slurm advertise 1024-byte values, but Hydra cuts a
+// value of exactly 1024 bytes short (measured: a blob's hex chunk came back
+// with odd length), so Rivet stays below it. Longer values must be split
+// by the caller (see Client.PutBlob).
 const (
 	MaxKey   = 64
-	MaxValue = 1024
+	MaxValue = 1000
 	maxLine  = 1024 // PMI-1 line limit
 	maxV2Msg = 999999
 )

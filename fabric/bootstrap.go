@@ -1,0 +1,154 @@
+// Package fabric is Rivet's runtime: how the processes of a job find each
+// other (bootstrap), and — as it grows — endpoints, providers,
+// communicators and point-to-point messaging.
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/rivet-hpc/rivet/internal/pmi"
+)
+
+// Bootstrap is how the processes of a job meet before any fabric
+// connection exists: each knows its rank and the job's size, publishes
+// values, and after a fence reads everyone's.
+type Bootstrap interface {
+	Rank() int
+	Size() int
+	// Put publishes value under key for this rank; others see it after
+	// the next Fence. Values of any size and content are fine.
+	Put(ctx context.Context, key string, value []byte) error
+	// Fence is collective: every rank calls it, and it returns once every
+	// rank's earlier puts are visible.
+	Fence(ctx context.Context) error
+	// Get reads what rank put under key before the last Fence.
+	Get(ctx context.Context, rank int, key string) ([]byte, error)
+	// Launcher names what started the job, for logs: "pmi-2", "pmi-1",
+	// "torchrun", "singleton".
+	Launcher() string
+	Close() error
+}
+
+// ErrNoSecret is returned when a job's processes would meet over TCP
+// without the secret that keeps others out.
+var ErrNoSecret = errors.New("fabric: RIVET_JOB_SECRET is not set")
+
+// DetectBootstrap finds the job this process belongs to, in this order:
+// PMI-2/PMI-1 over PMI_FD or PMI_PORT (Hydra's mpiexec, srun --mpi=pmi2,
+// rivetrun); torchrun-style RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
+// meeting at a store that rank 0 hosts and that admits only holders of
+// RIVET_JOB_SECRET; otherwise a singleton job of size 1.
+func DetectBootstrap(ctx context.Context) (Bootstrap, error) {
+	c, err := pmi.FromEnv(ctx)
+	switch {
+	case err == nil:
+		return &pmiBootstrap{c: c}, nil
+	case !errors.Is(err, pmi.ErrNoLauncher):
+		return nil, fmt.Errorf("fabric: bootstrap over PMI: %w", err)
+	}
+	if os.Getenv("RANK") != "" && os.Getenv("WORLD_SIZE") != "" {
+		return torchrunBootstrap(ctx)
+	}
+	return newSingleton(), nil
+}
+
+func torchrunBootstrap(ctx context.Context) (Bootstrap, error) {
+	rank, err1 := strconv.Atoi(os.Getenv("RANK"))
+	size, err2 := strconv.Atoi(os.Getenv("WORLD_SIZE"))
+	if err1 != nil || err2 != nil || size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("fabric: RANK=%q WORLD_SIZE=%q do not name a rank in a job", os.Getenv("RANK"), os.Getenv("WORLD_SIZE"))
+	}
+	host, port := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
+	if host == "" || port == "" {
+		return nil, fmt.Errorf("fabric: RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not")
+	}
+	secret := os.Getenv("RIVET_JOB_SECRET")
+	if secret == "" {
+		return nil, fmt.Errorf("%w: set it to the same random value in every process of the job", ErrNoSecret)
+	}
+	return joinStore(ctx, host+":"+port, rank, size, secret)
+}
+
+// pmiBootstrap namespaces keys by rank and carries values as PMI blobs.
+type pmiBootstrap struct{ c *pmi.Client }
+
+func (b *pmiBootstrap) Rank() int { return b.c.Rank() }
+func (b *pmiBootstrap) Size() int { return b.c.Size() }
+func (b *pmiBootstrap) Launcher() string {
+	return "pmi-" + strconv.Itoa(b.c.Version())
+}
+
+func (b *pmiBootstrap) Put(ctx context.Context, key string, value []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	return b.c.PutBlob(ctx, rankKey(b.Rank(), key), value)
+}
+
+func (b *pmiBootstrap) Fence(ctx context.Context) error { return b.c.Fence(ctx) }
+
+func (b *pmiBootstrap) Get(ctx context.Context, rank int, key string) ([]byte, error) {
+	if err := checkRankKey(rank, b.Size(), key); err != nil {
+		return nil, err
+	}
+	v, err := b.c.GetBlob(ctx, rankKey(rank, key))
+	if errors.Is(err, pmi.ErrNotFound) {
+		return nil, fmt.Errorf("fabric: rank %d put nothing under %q: %w", rank, key, ErrNotFound)
+	}
+	return v, err
+}
+
+func (b *pmiBootstrap) Close() error { return b.c.Finalize(context.Background()) }
+
+// ErrNotFound is returned by Bootstrap.Get for a key the rank did not put.
+var ErrNotFound = errors.New("not found")
+
+func rankKey(rank int, key string) string { return "r" + strconv.Itoa(rank) + "-" + key }
+
+func checkKey(key string) error {
+	if key == "" || len(key) > 40 || strings.ContainsAny(key, " ;=\n") {
+		return fmt.Errorf("fabric: bootstrap key %q: 1 to 40 bytes, no spaces, ';' or '='", key)
+	}
+	return nil
+}
+
+func checkRankKey(rank, size int, key string) error {
+	if rank < 0 || rank >= size {
+		return fmt.Errorf("fabric: rank %d is not in a job of %d", rank, size)
+	}
+	return checkKey(key)
+}
+
+// singleton is a job of one process.
+type singleton struct{ kv map[string][]byte }
+
+func newSingleton() *singleton { return &singleton{kv: map[string][]byte{}} }
+
+func (s *singleton) Rank() int                       { return 0 }
+func (s *singleton) Size() int                       { return 1 }
+func (s *singleton) Launcher() string                { return "singleton" }
+func (s *singleton) Fence(ctx context.Context) error { return ctx.Err() }
+func (s *singleton) Close() error                    { return nil }
+func (s *singleton) Put(_ context.Context, key string, v []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	s.kv[key] = append([]byte(nil), v...)
+	return nil
+}
+
+func (s *singleton) Get(_ context.Context, rank int, key string) ([]byte, error) {
+	if err := checkRankKey(rank, 1, key); err != nil {
+		return nil, err
+	}
+	v, ok := s.kv[key]
+	if !ok {
+		return nil, fmt.Errorf("fabric: rank 0 put nothing under %q: %w", key, ErrNotFound)
+	}
+	return v, nil
+}

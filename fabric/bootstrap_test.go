@@ -1,0 +1,262 @@
+package fabric
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// childEnv makes the test binary run bootstrapChild instead of the tests:
+// the same program under every launcher.
+const childEnv = "RIVET_FABRIC_BOOTSTRAP_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		if err := bootstrapChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// bootstrapChild publishes a large endpoint blob, fences, and checks every
+// other rank's.
+func bootstrapChild() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := DetectBootstrap(ctx)
+	if err != nil {
+		return err
+	}
+	ep := func(r int) []byte { return bytes.Repeat([]byte(fmt.Sprintf("ep%d;=\x00", r)), 500) }
+	if err := b.Put(ctx, "ep", ep(b.Rank())); err != nil {
+		return err
+	}
+	if err := b.Fence(ctx); err != nil {
+		return err
+	}
+	for r := 0; r < b.Size(); r++ {
+		v, err := b.Get(ctx, r, "ep")
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(v, ep(r)) {
+			return fmt.Errorf("rank %d's endpoint came back wrong (%d bytes)", r, len(v))
+		}
+	}
+	fmt.Printf("bootstrap rank %d of %d via %s ok\n", b.Rank(), b.Size(), b.Launcher())
+	return b.Close()
+}
+
+func checkRanks(t *testing.T, out string, size int, launcher string) {
+	t.Helper()
+	for r := 0; r < size; r++ {
+		want := fmt.Sprintf("bootstrap rank %d of %d via %s ok", r, size, launcher)
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
+
+func childCmd(ctx context.Context, t *testing.T, launcher ...string) *exec.Cmd {
+	args := append(launcher[1:], os.Args[0])
+	cmd := exec.CommandContext(ctx, launcher[0], args...)
+	cmd.Env = append(cleanEnv(), childEnv+"=1")
+	return cmd
+}
+
+// cleanEnv drops launcher variables this test process may itself have.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "PMI_"), k == "RANK", k == "WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT", k == "RIVET_JOB_SECRET":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func TestSingleton(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := childCmd(ctx, t, os.Args[0]).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkRanks(t, string(out), 1, "singleton")
+}
+
+func TestUnderRivetrun(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "rivetrun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/rivetrun").CombinedOutput(); err != nil {
+		t.Fatalf("building rivetrun: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := childCmd(ctx, t, bin, "-n", "4").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkRanks(t, string(out), 4, "pmi-2")
+}
+
+func TestUnderHydra(t *testing.T) {
+	hydra, err := exec.LookPath("mpiexec.hydra")
+	if err != nil {
+		if os.Getenv("RIVET_REQUIRE_TOOLS") == "1" {
+			t.Fatal("mpiexec.hydra (Debian's mpich) is not installed")
+		}
+		t.Skip("mpiexec.hydra (Debian's mpich) is not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := childCmd(ctx, t, hydra, "-n", "4").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkRanks(t, string(out), 4, "pmi-2")
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// TestTorchrunStyle starts four processes as torchrun would (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus the job secret; rank 0 starts
+// last, so the others must wait for its store.
+func TestTorchrunStyle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := freePort(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var all strings.Builder
+	for r := 3; r >= 0; r-- {
+		cmd := childCmd(ctx, t, os.Args[0])
+		cmd.Env = append(cmd.Env, "RANK="+strconv.Itoa(r), "WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1",
+			"MASTER_PORT="+port, "RIVET_JOB_SECRET=s3cret-for-the-test")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := cmd.CombinedOutput()
+			mu.Lock()
+			defer mu.Unlock()
+			all.Write(out)
+			if err != nil {
+				t.Errorf("rank %d: %v\n%s", r, err, out)
+			}
+		}()
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	checkRanks(t, all.String(), 4, "torchrun")
+}
+
+// TestStoreSecret: a process without the secret, or claiming a rank that
+// already joined, is refused; and a client does not trust a store that
+// cannot prove the secret either.
+func TestStoreSecret(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr := "127.0.0.1:" + freePort(t)
+	srv, err := startStore(addr, 2, "right")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.close()
+	try := func(rank int, secret string) error {
+		conn, err := dialStore(ctx, addr)
+		if err != nil {
+			return err
+		}
+		err = clientHandshake(ctx, conn, rank, secret)
+		if err != nil {
+			conn.Close()
+		}
+		return err
+	}
+	if err := try(1, "wrong"); !errors.Is(err, ErrDenied) {
+		t.Errorf("wrong secret: %v, want ErrDenied", err)
+	}
+	if err := try(5, "right"); !errors.Is(err, ErrDenied) {
+		t.Errorf("rank outside the job: %v, want ErrDenied", err)
+	}
+	if err := try(1, "right"); err != nil {
+		t.Errorf("right secret: %v", err)
+	}
+	if err := try(1, "right"); !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "rank-already-joined") {
+		t.Errorf("second rank 1: %v, want it refused", err)
+	}
+
+	// A rogue listener that greets but cannot prove the secret.
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "%s abcd\n", storeHello)
+		buf := make([]byte, 256)
+		c.Read(buf)
+		fmt.Fprintf(c, "ok %s\n", strings.Repeat("0", 64))
+	}()
+	conn, err := dialStore(ctx, l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := clientHandshake(ctx, conn, 0, "right"); !errors.Is(err, ErrDenied) {
+		t.Errorf("rogue store: %v, want ErrDenied", err)
+	}
+}
+
+func TestBootstrapErrors(t *testing.T) {
+	s := newSingleton()
+	ctx := context.Background()
+	if err := s.Put(ctx, "bad key", nil); err == nil {
+		t.Error("key with a space accepted")
+	}
+	if _, err := s.Get(ctx, 1, "ep"); err == nil {
+		t.Error("rank 1 of a singleton accepted")
+	}
+	if _, err := s.Get(ctx, 0, "never"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing key: %v", err)
+	}
+	for _, env := range [][]string{
+		{"RANK=0", "WORLD_SIZE=2"},
+		{"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=1"},
+		{"RANK=3", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=1", "RIVET_JOB_SECRET=x"},
+	} {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(append(cleanEnv(), childEnv+"=1"), env...)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("env %v: the child succeeded:\n%s", env, out)
+		}
+		if strings.Contains(strings.Join(env, " "), "MASTER_PORT") && !strings.Contains(strings.Join(env, " "), "SECRET") &&
+			!strings.Contains(string(out), "RIVET_JOB_SECRET is not set") {
+			t.Errorf("env %v: no word about the secret:\n%s", env, out)
+		}
+	}
+}
