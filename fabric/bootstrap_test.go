@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 // childEnv makes the test binary run bootstrapChild instead of the tests:
@@ -116,13 +118,7 @@ func TestUnderRivetrun(t *testing.T) {
 }
 
 func TestUnderHydra(t *testing.T) {
-	hydra, err := exec.LookPath("mpiexec.hydra")
-	if err != nil {
-		if os.Getenv("RIVET_REQUIRE_TOOLS") == "1" {
-			t.Fatal("mpiexec.hydra (Debian's mpich) is not installed")
-		}
-		t.Skip("mpiexec.hydra (Debian's mpich) is not installed")
-	}
+	hydra := testutil.LookTool(t, "mpiexec.hydra", "mpich")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, err := childCmd(ctx, t, hydra, "-n", "4").CombinedOutput()

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 func TestWireV2(t *testing.T) {
@@ -213,13 +215,7 @@ func TestHydra(t *testing.T) {
 		hydraChild(t)
 		return
 	}
-	hydra, err := exec.LookPath("mpiexec.hydra")
-	if err != nil {
-		if os.Getenv("RIVET_REQUIRE_TOOLS") == "1" {
-			t.Fatal("mpiexec.hydra (Debian's mpich) is not installed")
-		}
-		t.Skip("mpiexec.hydra (Debian's mpich) is not installed")
-	}
+	hydra := testutil.LookTool(t, "mpiexec.hydra", "mpich")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, hydra, "-n", "4", os.Args[0], "-test.run=^TestHydra$", "-test.v")

@@ -3,7 +3,9 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -82,4 +84,24 @@ func openFDs(t testing.TB) map[string]string {
 		m[e.Name()] = target
 	}
 	return m
+}
+
+// ToolsEnv is set (to 1) by the test script for the host tests: every tool
+// it installs must then be there, and a test that needs one fails rather
+// than skips without it.
+const ToolsEnv = "RIVET_REQUIRE_TOOLS"
+
+// LookTool returns the path of an external program, or skips the test
+// (fails it under RIVET_REQUIRE_TOOLS=1) naming the Debian package.
+func LookTool(t testing.TB, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		why := fmt.Sprintf("%s (Debian's %s) is not installed", name, pkg)
+		if os.Getenv(ToolsEnv) == "1" {
+			t.Fatalf("%s, and %s=1 forbids skipping", why, ToolsEnv)
+		}
+		t.Skip(why)
+	}
+	return p
 }
