@@ -41,12 +41,12 @@ t1=$SECONDS
 echo "== soft-RoCE suite in the VM"
 mkdir -p bin
 CGO_ENABLED=0 go build -o bin/rxevm ./cmd/rxevm
-# Every package whose tests use internal/testutil has soft-RoCE tests. Each
-# package's test binary boots its own VM (-p 1: one VM at a time on 2 cores).
-# Tests named TestHost* are about machines without RDMA and run only above;
-# any other skip inside the VM fails the run.
-vm_pkgs=$(go list -f '{{.ImportPath}}{{range .TestImports}} {{.}}{{end}}' ./... |
-	awk '{for (i = 2; i <= NF; i++) if ($i ~ /\/internal\/testutil$/) {print $1; break}}')
+# The soft-RoCE packages are those whose tests ask for rxe devices
+# (testutil.RXEDevices). Each package's test binary boots its own VM (-p 1:
+# one VM at a time on 2 cores). Tests named TestHost* are about machines
+# without RDMA and run only above; any other skip inside the VM fails the
+# run.
+vm_pkgs=$(go list $(grep -rl --include='*_test.go' 'testutil\.RXEDevices' . | xargs -n1 dirname | sort -u))
 topology=${RIVET_TOPOLOGY:-rxe2}
 RIVET_REQUIRE_RDMA=1 go test -count=1 -p 1 -v -timeout 20m -skip '^TestHost' \
 	-exec "$PWD/bin/rxevm -v -topology $topology -timeout 15m" $vm_pkgs 2>&1 |
