@@ -14,6 +14,9 @@ import (
 // cqMod is how often a request is signaled (perftest's --cq-mod default).
 const cqMod = 100
 
+// recvWindow is how many receives send_lat keeps posted.
+const recvWindow = 64
+
 // spinLimit bounds every busy wait: a peer that stops answering is an
 // error, not a hang.
 const spinLimit = 10 * time.Second
@@ -136,12 +139,18 @@ func (e *env) writeLat(ctx context.Context, size int, client bool) (*Result, err
 // sendLat is ib_send_lat: a ping-pong of sends, each side reposting its
 // receive as it consumes one.
 func (e *env) sendLat(ctx context.Context, size int, client bool) (*Result, error) {
-	_, _, off := e.halves(size)
-	recv := verbs.RecvWR{Local: []verbs.SGE{{MR: e.mr, Offset: off, Length: uint32(size)}}}
-	for i := 0; i < 64; i++ {
-		if err := e.qp.PostRecv(recv); err != nil {
-			return nil, err
+	// Receives span the whole receive half, so the ones left posted after
+	// one size (each side reposts as it consumes) serve every later size.
+	b := e.mr.Bytes()
+	off := len(b) / 2
+	recv := verbs.RecvWR{Local: []verbs.SGE{{MR: e.mr, Offset: uint64(off), Length: uint32(len(b) - off)}}}
+	if !e.recvsPosted {
+		for i := 0; i < recvWindow; i++ {
+			if err := e.qp.PostRecv(recv); err != nil {
+				return nil, err
+			}
 		}
+		e.recvsPosted = true
 	}
 	if err := e.sync(); err != nil { // both have receives posted
 		return nil, err
@@ -168,8 +177,6 @@ func (e *env) sendLat(ctx context.Context, size int, client bool) (*Result, erro
 		}
 	}
 	e.times[iters] = nanotime()
-	// Drain: flush our leftover receives by resetting nothing; the QP is
-	// reused for the next size, so leave exactly 64 posted.
 	if !client {
 		return nil, nil
 	}

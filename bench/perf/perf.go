@@ -118,6 +118,9 @@ func (c *Config) isBW() bool { return c.Test == WriteBW || c.Test == ReadBW }
 
 const maxSize = 8 << 20
 
+// allSizesMax is where -a stops; tests lower it to keep runs short.
+var allSizesMax = maxSize
+
 func (c *Config) sizes() []int {
 	if !c.AllSizes {
 		return []int{c.Size}
@@ -126,7 +129,7 @@ func (c *Config) sizes() []int {
 		return []int{8}
 	}
 	var s []int
-	for n := 2; n <= maxSize; n *= 2 {
+	for n := 2; n <= allSizesMax; n *= 2 {
 		s = append(s, n)
 	}
 	return s
@@ -272,6 +275,8 @@ type env struct {
 	wcs    []verbs.WorkCompletion
 	times  []int64
 	opened []io.Closer // in creation order; closed in reverse
+
+	recvsPosted bool // send_lat's receive window is up
 }
 
 func newEnv(cfg Config) (e *env, err error) {
@@ -292,7 +297,7 @@ func newEnv(cfg Config) (e *env, err error) {
 	// Latency tests keep one request in flight: small rings, as perftest's
 	// tx depth of 1, so every operation touches the same few pages of ring
 	// (under emulation a fresh page per operation costs microseconds).
-	sendDepth, recvDepth := 4, 64
+	sendDepth, recvDepth := 4, recvWindow
 	if cfg.isBW() {
 		sendDepth, recvDepth = cfg.TxDepth, 16
 	}

@@ -58,6 +58,33 @@ func TestAllTests(t *testing.T) {
 	}
 }
 
+// TestAllSizes runs the ping-pong tests over several sizes on one QP, as -a
+// does: what one size leaves posted must serve the next.
+func TestAllSizes(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	old := allSizesMax
+	allSizesMax = 4096
+	defer func() { allSizesMax = old }()
+	for i, test := range []string{SendLat, WriteLat} {
+		t.Run(test, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := Config{Test: test, Device: devs[0], GIDIndex: -1, Inline: -1, Iters: 100, Port: 18850 + i, AllSizes: true}
+			srvCfg := cfg
+			srvErr := make(chan error, 1)
+			go func() { _, err := Run(ctx, srvCfg, &bytes.Buffer{}); srvErr <- err }()
+			cfg.Server = "127.0.0.1"
+			res, err := Run(ctx, cfg, &bytes.Buffer{})
+			if serr := <-srvErr; serr != nil || err != nil {
+				t.Fatalf("server: %v; client: %v", serr, err)
+			}
+			if len(res) != 12 || res[0].Size != 2 || res[11].Size != 4096 {
+				t.Errorf("%d results, sizes %d … %d; want 12 from 2 to 4096", len(res), res[0].Size, res[len(res)-1].Size)
+			}
+		})
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, c := range []Config{
 		{Test: "nope"},

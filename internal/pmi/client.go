@@ -28,7 +28,6 @@ type Client struct {
 	v2     bool
 	rank   int
 	size   int
-	appnum int
 	jobid  string // the PMI-2 job id, or the PMI-1 KVS name
 	broken error  // set when a request was abandoned midway: the stream is out of step
 }
@@ -113,10 +112,10 @@ func (c *Client) fullinit(jobid, srcid string) error {
 	for _, f := range []struct {
 		key string
 		dst *int
-	}{{"rank", &c.rank}, {"size", &c.size}, {"appnum", &c.appnum}} {
+	}{{"rank", &c.rank}, {"size", &c.size}} {
 		v, _ := resp.get(f.key)
 		n, err := strconv.Atoi(v)
-		if err != nil && f.key != "appnum" {
+		if err != nil {
 			return fmt.Errorf("%w: fullinit-response %s=%q", ErrProtocol, f.key, v)
 		}
 		*f.dst = n

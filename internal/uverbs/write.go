@@ -165,13 +165,9 @@ type Doorbell struct {
 
 // NewDoorbell prepares the doorbell of queue pair qpHandle.
 func (c *Context) NewDoorbell(qpHandle uint32) *Doorbell {
-	d := &Doorbell{fd: c.FD}
-	binary.NativeEndian.PutUint32(d.buf[0:], CmdPostSend)
-	binary.NativeEndian.PutUint16(d.buf[4:], uint16(len(d.buf)/4))
-	binary.NativeEndian.PutUint16(d.buf[6:], 1) // a 4-byte bad_wr nobody reads
+	d := DoorbellOnFD(c.FD)
 	binary.NativeEndian.PutUint64(d.buf[8:], uint64(uintptr(unsafe.Pointer(&c.scratch[doorbellResp]))))
 	binary.NativeEndian.PutUint32(d.buf[16:], qpHandle)
-	binary.NativeEndian.PutUint32(d.buf[28:], 56) // wqe_size: sizeof(ib_uverbs_send_wr), checked even with no WRs
 	return d
 }
 
@@ -199,14 +195,14 @@ func (c *Context) MmapRing(mi MMInfo) ([]byte, error) {
 	return b, nil
 }
 
-// DoorbellOnFD is a doorbell that writes its POST_SEND command to fd: for
-// measuring the user-space half of posting without a device (fd on
-// /dev/null). The response pointer is unused by such a target.
+// DoorbellOnFD is the POST_SEND framing without a QP or a response
+// buffer: NewDoorbell completes it, and benchmarks aim it at /dev/null to
+// measure the user-space half of posting without a device.
 func DoorbellOnFD(fd int) *Doorbell {
 	d := &Doorbell{fd: fd}
 	binary.NativeEndian.PutUint32(d.buf[0:], CmdPostSend)
 	binary.NativeEndian.PutUint16(d.buf[4:], uint16(len(d.buf)/4))
-	binary.NativeEndian.PutUint16(d.buf[6:], 1)
-	binary.NativeEndian.PutUint32(d.buf[28:], 56)
+	binary.NativeEndian.PutUint16(d.buf[6:], 1)   // a 4-byte bad_wr nobody reads
+	binary.NativeEndian.PutUint32(d.buf[28:], 56) // wqe_size: sizeof(ib_uverbs_send_wr), checked even with no WRs
 	return d
 }
