@@ -1,0 +1,320 @@
+// Package launch starts the processes of a job on this node and serves
+// PMI-2 to them. It is the engine of cmd/rivetrun, and tests use it to run
+// multi-process programs without building rivetrun first.
+package launch
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/internal/pmi"
+)
+
+// FTFD is the file descriptor on which, under Options.FT, each process
+// reads the launcher's failure notices; FTEnv names it in the environment.
+const (
+	FTFD  = 4
+	FTEnv = "RIVET_FT_FD"
+)
+
+// Options describe a job.
+type Options struct {
+	N      int           // number of processes
+	Tag    bool          // prefix every output line with "[rank] "
+	Grace  time.Duration // after a failure, time given to SIGTERM before SIGKILL
+	FT     bool          // keep running when a rank dies and tell the others
+	Env    []string      // added to os.Environ() for every process
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Run starts N processes of argv[0] (looked up in PATH) with argv[1:],
+// waits for them and returns the job's exit status: 0, the first failed
+// process's status (128+N for signal N), or the status for a forwarded
+// signal. Without FT, the first failure stops the other processes, as
+// mpirun does. With FT, the others keep running and each live process
+// reads "failed rank=R status=S time=UNIXNANO" lines on fd FTFD.
+func Run(ctx context.Context, o Options, argv []string) int {
+	if o.Grace == 0 {
+		o.Grace = 3 * time.Second
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if o.N < 1 || len(argv) == 0 {
+		fmt.Fprintln(o.Stderr, "rivetrun: need N ≥ 1 and a program")
+		return 2
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		fmt.Fprintf(o.Stderr, "rivetrun: %v\n", err)
+		return 127
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	j := &job{Options: o}
+	return j.run(ctx, path, argv)
+}
+
+type job struct {
+	Options
+	outMu sync.Mutex // whole lines only, from every rank
+	procs []*exec.Cmd
+
+	ftMu sync.Mutex
+	ft   []*os.File // per rank: where its failure notices go; nil once it exited
+}
+
+// exit is how one process ended.
+type exit struct {
+	rank   int
+	status int
+	err    error
+	at     time.Time
+}
+
+// JobID returns a fresh job id; shared-memory segments carry it in their
+// names so a launcher can find what a job left behind.
+func newJobID() string {
+	var id [8]byte
+	rand.Read(id[:])
+	return "rivet-" + hex.EncodeToString(id[:])
+}
+
+func (j *job) run(ctx context.Context, path string, args []string) int {
+	jobid := newJobID()
+	srv := pmi.NewServer(j.N, jobid)
+	exits := make(chan exit, j.N)
+	j.ft = make([]*os.File, j.N)
+	defer func() {
+		j.ftMu.Lock()
+		for _, f := range j.ft {
+			if f != nil {
+				f.Close()
+			}
+		}
+		j.ftMu.Unlock()
+		sweepSegments(jobid)
+	}()
+	for r := 0; r < j.N; r++ {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			fmt.Fprintf(j.Stderr, "rivetrun: socketpair: %v\n", err)
+			j.stop(syscall.SIGKILL)
+			return 1
+		}
+		ours, theirs := os.NewFile(uintptr(fds[0]), "pmi"), os.NewFile(uintptr(fds[1]), "pmi-child")
+		cmd := exec.Command(path, args[1:]...)
+		cmd.Args[0] = args[0]
+		cmd.ExtraFiles = []*os.File{theirs} // fd 3 in the child
+		cmd.Env = append(os.Environ(), j.Env...)
+		cmd.Env = append(cmd.Env, "PMI_FD=3", "PMI_RANK="+strconv.Itoa(r),
+			"PMI_SIZE="+strconv.Itoa(j.N), "PMI_JOBID="+jobid)
+		var ftChild *os.File
+		if j.FT {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				fmt.Fprintf(j.Stderr, "rivetrun: pipe: %v\n", err)
+				j.stop(syscall.SIGKILL)
+				return 1
+			}
+			ftChild = pr
+			j.ft[r] = pw
+			cmd.ExtraFiles = append(cmd.ExtraFiles, pr) // fd 4
+			cmd.Env = append(cmd.Env, FTEnv+"="+strconv.Itoa(FTFD))
+		}
+		cmd.Stdin = nil
+		// Each rank leads its own process group, so that stopping it stops
+		// what it started too (a shell's children hold its output open).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.WaitDelay = 2 * j.Grace
+		var outDone, errDone func()
+		cmd.Stdout, outDone = j.output(r, j.Stdout)
+		cmd.Stderr, errDone = j.output(r, j.Stderr)
+		err = cmd.Start()
+		theirs.Close()
+		if ftChild != nil {
+			ftChild.Close()
+		}
+		if err != nil {
+			fmt.Fprintf(j.Stderr, "rivetrun: starting rank %d: %v\n", r, err)
+			ours.Close()
+			j.stop(syscall.SIGKILL)
+			return 127
+		}
+		j.procs = append(j.procs, cmd)
+		go func() {
+			srv.Serve(ctx, r, ours)
+			ours.Close()
+		}()
+		go func() {
+			err := cmd.Wait()
+			at := time.Now()
+			outDone() // every line the process wrote is out before its exit is reported
+			errDone()
+			exits <- exit{rank: r, status: statusOf(cmd, err), err: err, at: at}
+		}()
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	// status is the first failure's: a forwarded signal, or the first rank
+	// to fail; once the job is stopping, later exits do not change it.
+	status, stopping := 0, false
+	for left := j.N; left > 0; {
+		select {
+		case s := <-sigs:
+			j.stop(s.(syscall.Signal))
+			if !stopping {
+				stopping, status = true, 128+int(s.(syscall.Signal))
+			}
+		case <-ctx.Done():
+			j.stop(syscall.SIGKILL)
+			if !stopping {
+				stopping, status = true, 128+int(syscall.SIGKILL)
+			}
+		case e := <-exits:
+			left--
+			j.exited(e)
+			if e.status == 0 || stopping {
+				continue
+			}
+			if j.FT {
+				if status == 0 {
+					status = e.status
+				}
+				fmt.Fprintf(j.Stderr, "rivetrun: rank %d %s; the others go on (-ft)\n", e.rank, describe(e))
+				continue
+			}
+			stopping, status = true, e.status
+			fmt.Fprintf(j.Stderr, "rivetrun: rank %d %s; stopping the other ranks\n", e.rank, describe(e))
+			j.stop(syscall.SIGTERM)
+			go func() {
+				time.Sleep(j.Grace)
+				j.stop(syscall.SIGKILL)
+			}()
+		}
+	}
+	return status
+}
+
+// exited closes rank e's notice pipe and, if it failed, tells every
+// other live rank. A write to a rank that stopped reading is dropped: the
+// pipe is non-blocking for us, so a stuck rank never stalls the launcher.
+func (j *job) exited(e exit) {
+	if !j.FT {
+		return
+	}
+	j.ftMu.Lock()
+	defer j.ftMu.Unlock()
+	if f := j.ft[e.rank]; f != nil {
+		f.Close()
+		j.ft[e.rank] = nil
+	}
+	if e.status == 0 {
+		return
+	}
+	line := fmt.Sprintf("failed rank=%d status=%d time=%d\n", e.rank, e.status, e.at.UnixNano())
+	for _, f := range j.ft {
+		if f != nil {
+			f.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			f.WriteString(line)
+		}
+	}
+}
+
+// sweepSegments removes the shared-memory files a job's processes left
+// behind: the fabric unlinks its segments once every peer has mapped
+// them, so only a process that died during start-up leaves one.
+func sweepSegments(jobid string) {
+	names, _ := filepath.Glob(filepath.Join("/dev/shm", jobid+"-*"))
+	for _, n := range names {
+		if strings.HasPrefix(filepath.Base(n), jobid+"-") {
+			os.Remove(n)
+		}
+	}
+}
+
+// stop signals every rank's process group; a group that is gone is not
+// an error worth reporting.
+func (j *job) stop(sig syscall.Signal) {
+	for _, p := range j.procs {
+		syscall.Kill(-p.Process.Pid, sig)
+	}
+}
+
+func statusOf(cmd *exec.Cmd, err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return 1
+}
+
+func describe(e exit) string {
+	if e.status > 128 {
+		return fmt.Sprintf("was killed by signal %d (%v)", e.status-128, syscall.Signal(e.status-128))
+	}
+	return fmt.Sprintf("exited with status %d", e.status)
+}
+
+// output returns where rank r's stream goes — straight to w, or line by
+// line with a "[r] " prefix — and a function that flushes it once the
+// process has exited.
+func (j *job) output(r int, w io.Writer) (io.Writer, func()) {
+	if !j.Tag {
+		return &lockedWriter{mu: &j.outMu, w: w}, func() {}
+	}
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			j.outMu.Lock()
+			fmt.Fprintf(w, "[%d] %s\n", r, sc.Text())
+			j.outMu.Unlock()
+		}
+		io.Copy(io.Discard, pr) // a line too long to scan: drop the rest, never block the process
+	}()
+	return pw, func() { pw.Close(); <-done }
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
