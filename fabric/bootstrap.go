@@ -23,8 +23,9 @@ type Bootstrap interface {
 	// Put publishes value under key for this rank; others see it after
 	// the next Fence. Values of any size and content are fine.
 	Put(ctx context.Context, key string, value []byte) error
-	// Fence is collective: every rank calls it, and it returns once every
-	// rank's earlier puts are visible.
+	// Fence is collective: every rank calls it, and after it every rank's
+	// earlier puts are visible to Get. It is not a barrier: under Hydra's
+	// PMI-2 it returns at once, and a Get waits for the value instead.
 	Fence(ctx context.Context) error
 	// Get reads what rank put under key before the last Fence.
 	Get(ctx context.Context, rank int, key string) ([]byte, error)
@@ -82,6 +83,9 @@ func (b *pmiBootstrap) Size() int { return b.c.Size() }
 func (b *pmiBootstrap) Launcher() string {
 	return "pmi-" + strconv.Itoa(b.c.Version())
 }
+
+// JobID is the launcher's name for the job.
+func (b *pmiBootstrap) JobID() string { return b.c.JobID() }
 
 func (b *pmiBootstrap) Put(ctx context.Context, key string, value []byte) error {
 	if err := checkKey(key); err != nil {

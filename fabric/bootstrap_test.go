@@ -23,6 +23,9 @@ import (
 const childEnv = "RIVET_FABRIC_BOOTSTRAP_CHILD"
 
 func TestMain(m *testing.M) {
+	if prog := os.Getenv(progEnv); prog != "" {
+		os.Exit(runProg(prog))
+	}
 	if os.Getenv(childEnv) == "1" {
 		if err := bootstrapChild(); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
@@ -58,8 +61,24 @@ func bootstrapChild() error {
 			return fmt.Errorf("rank %d's endpoint came back wrong (%d bytes)", r, len(v))
 		}
 	}
+	// The same program then talks: a ring of messages around the world.
+	e, err := InitWith(ctx, b)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	w := e.World()
+	n, r := w.Size(), w.Rank()
+	buf := make([]byte, 64)
+	st, err := w.Sendrecv(ctx, []byte(fmt.Sprintf("from %d", r)), (r+1)%n, 1, buf, (r+n-1)%n, 1)
+	if err != nil {
+		return err
+	}
+	if got, want := string(buf[:st.Count]), fmt.Sprintf("from %d", (r+n-1)%n); got != want {
+		return fmt.Errorf("ring: got %q, want %q", got, want)
+	}
 	fmt.Printf("bootstrap rank %d of %d via %s ok\n", b.Rank(), b.Size(), b.Launcher())
-	return b.Close()
+	return nil
 }
 
 func checkRanks(t *testing.T, out string, size int, launcher string) {

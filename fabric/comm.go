@@ -1,0 +1,329 @@
+package fabric
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync/atomic"
+)
+
+// Special ranks and tags.
+const (
+	// AnySource receives from any rank (MPI_ANY_SOURCE).
+	AnySource = -1
+	// AnyTag receives any tag (MPI_ANY_TAG).
+	AnyTag = -1
+	// ProcNull is a rank that sends and receives nothing, at once
+	// (MPI_PROC_NULL).
+	ProcNull = -2
+	// MaxTag is the largest tag (MPI_TAG_UB).
+	MaxTag = 1<<30 - 1
+)
+
+// Comm is a communicator: a group of processes and a communication
+// context of their own, so that traffic on one never matches receives on
+// another (MPI_Comm). Methods may be called from several goroutines; MPI's
+// ordering guarantee holds between the calls of one goroutine.
+type Comm struct {
+	ep    *Endpoint
+	e     *engine
+	id    uint32 // context id: traffic uses 2*id (user) and 2*id+1 (internal)
+	rank  int
+	ranks []int // comm rank -> world rank
+	index []int // world rank -> comm rank, or -1
+	freed atomic.Bool
+	world bool
+}
+
+func newComm(ep *Endpoint, id uint32, ranks []int) *Comm {
+	c := &Comm{ep: ep, e: ep.e, id: id, ranks: ranks, index: make([]int, ep.size), rank: -1}
+	for i := range c.index {
+		c.index[i] = -1
+	}
+	for i, w := range ranks {
+		c.index[w] = i
+		if w == ep.rank {
+			c.rank = i
+		}
+	}
+	return c
+}
+
+// Rank is this process's rank in the communicator.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of processes in the communicator.
+func (c *Comm) Size() int { return len(c.ranks) }
+
+// Group returns the communicator's group (MPI_Comm_group).
+func (c *Comm) Group() Group {
+	g, _ := NewGroup(c.ranks)
+	return g
+}
+
+// ContextID is the communicator's context id, unique among the
+// communicators any one process belongs to; for logs and tests.
+func (c *Comm) ContextID() uint32 { return c.id }
+
+func (c *Comm) fromWorld(w int) int {
+	if w < 0 || w >= len(c.index) {
+		return -1
+	}
+	return c.index[w]
+}
+
+func (c *Comm) valid() error {
+	if c == nil {
+		return fmt.Errorf("%w: nil", ErrComm)
+	}
+	if c.freed.Load() {
+		return fmt.Errorf("%w: used after Free", ErrComm)
+	}
+	if c.ep.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Free releases the communicator (MPI_Comm_free); using it afterwards is
+// an error. Operations already started complete normally. The world
+// communicator is freed by Endpoint.Close, not here.
+func (c *Comm) Free() error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	if c.world {
+		return fmt.Errorf("%w: the world communicator is freed by Endpoint.Close", ErrComm)
+	}
+	if c.freed.Swap(true) {
+		return fmt.Errorf("%w: freed twice", ErrComm)
+	}
+	c.ep.releaseID(c.id)
+	return nil
+}
+
+// Dup is a new communicator with the same group and a new context
+// (MPI_Comm_dup). Collective over c.
+func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	c.ep.createMu.Lock()
+	defer c.ep.createMu.Unlock()
+	id, err := c.agreeID(ctx, allRanks(c.Size()), tagDup)
+	if err != nil {
+		return nil, err
+	}
+	return newComm(c.ep, id, slices.Clone(c.ranks)), nil
+}
+
+// Split partitions c by color: processes passing the same color get a
+// communicator together, ranked by key and then by their rank in c
+// (MPI_Comm_split). A negative color (Undefined) gets nil. Collective
+// over c.
+func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	if color < 0 {
+		color = Undefined
+	}
+	c.ep.createMu.Lock()
+	defer c.ep.createMu.Unlock()
+	var mine [16]byte
+	binary.LittleEndian.PutUint64(mine[:], uint64(int64(color)))
+	binary.LittleEndian.PutUint64(mine[8:], uint64(int64(key)))
+	all, err := c.allgatherInternal(ctx, allRanks(c.Size()), tagSplit, mine[:])
+	if err != nil {
+		return nil, err
+	}
+	id, err := c.agreeID(ctx, allRanks(c.Size()), tagSplit+1)
+	if err != nil {
+		return nil, err
+	}
+	if color == Undefined {
+		c.ep.releaseID(id)
+		return nil, nil
+	}
+	type member struct{ key, rank int }
+	var ms []member
+	for r, b := range all {
+		if int(int64(binary.LittleEndian.Uint64(b))) == color {
+			ms = append(ms, member{int(int64(binary.LittleEndian.Uint64(b[8:]))), r})
+		}
+	}
+	slices.SortStableFunc(ms, func(a, b member) int {
+		if a.key != b.key {
+			return a.key - b.key
+		}
+		return a.rank - b.rank
+	})
+	ranks := make([]int, len(ms))
+	for i, m := range ms {
+		ranks[i] = c.ranks[m.rank]
+	}
+	return newComm(c.ep, id, ranks), nil
+}
+
+// Create is the communicator of group g, a subset of c's group
+// (MPI_Comm_create); processes outside g get nil. Collective over c, and
+// every process must pass the same group.
+func (c *Comm) Create(ctx context.Context, g Group) (*Comm, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	if err := c.subgroup(g); err != nil {
+		return nil, err
+	}
+	c.ep.createMu.Lock()
+	defer c.ep.createMu.Unlock()
+	id, err := c.agreeID(ctx, allRanks(c.Size()), tagCreate)
+	if err != nil {
+		return nil, err
+	}
+	if g.RankOf(c.ep.rank) == Undefined {
+		c.ep.releaseID(id)
+		return nil, nil
+	}
+	return newComm(c.ep, id, g.Members()), nil
+}
+
+// CreateGroup is Create collective over g's members only
+// (MPI_Comm_create_group): processes outside g do not take part. tag
+// tells apart concurrent creations over overlapping groups.
+func (c *Comm) CreateGroup(ctx context.Context, g Group, tag int) (*Comm, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	if err := c.subgroup(g); err != nil {
+		return nil, err
+	}
+	if tag < 0 || tag > MaxTag>>4 {
+		return nil, fmt.Errorf("%w: %d (CreateGroup takes 0..%d)", ErrTag, tag, MaxTag>>4)
+	}
+	if g.RankOf(c.ep.rank) == Undefined {
+		return nil, fmt.Errorf("%w: this process is not in the group", ErrGroup)
+	}
+	members := make([]int, g.Size())
+	for i, w := range g.members {
+		members[i] = c.index[w]
+	}
+	c.ep.createMu.Lock()
+	defer c.ep.createMu.Unlock()
+	id, err := c.agreeID(ctx, members, tagCreateGroup+tag<<4)
+	if err != nil {
+		return nil, err
+	}
+	return newComm(c.ep, id, g.Members()), nil
+}
+
+func (c *Comm) subgroup(g Group) error {
+	if g.Size() == 0 {
+		return fmt.Errorf("%w: empty", ErrGroup)
+	}
+	for _, w := range g.members {
+		if c.fromWorld(w) < 0 {
+			return fmt.Errorf("%w: world rank %d is not in the communicator", ErrGroup, w)
+		}
+	}
+	return nil
+}
+
+func allRanks(n int) []int {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = i
+	}
+	return r
+}
+
+// Internal tags on a communicator's internal context.
+const (
+	tagDup = 1 + iota*4
+	tagSplit
+	tagCreate
+	tagConnect     = 60
+	tagCreateGroup = 64
+)
+
+// Context ids: a bit per id, set while free. A new communicator's id is
+// the lowest id free at every member (the AND of their masks), so it never
+// collides with a communicator any member already has — MPICH's scheme.
+const maxContextIDs = 4096
+
+type idMask [maxContextIDs / 64]uint64
+
+func (m *idMask) lowest() (uint32, bool) {
+	for i, w := range m {
+		if w != 0 {
+			return uint32(i*64 + bits.TrailingZeros64(w)), true
+		}
+	}
+	return 0, false
+}
+
+// agreeID agrees on a fresh context id with the members (ranks in c).
+func (c *Comm) agreeID(ctx context.Context, members []int, tag int) (uint32, error) {
+	c.ep.idMu.Lock()
+	mask := c.ep.ids
+	c.ep.idMu.Unlock()
+	buf := make([]byte, len(mask)*8)
+	for i, w := range mask {
+		binary.LittleEndian.PutUint64(buf[i*8:], w)
+	}
+	all, err := c.allgatherInternal(ctx, members, tag, buf)
+	if err != nil {
+		return 0, err
+	}
+	var and idMask
+	for i := range and {
+		and[i] = ^uint64(0)
+	}
+	for _, b := range all {
+		if b == nil {
+			continue
+		}
+		for i := range and {
+			and[i] &= binary.LittleEndian.Uint64(b[i*8:])
+		}
+	}
+	id, ok := and.lowest()
+	if !ok {
+		return 0, fmt.Errorf("fabric: all %d context ids are in use", maxContextIDs)
+	}
+	c.ep.idMu.Lock()
+	c.ep.ids[id/64] &^= 1 << (id % 64)
+	c.ep.idMu.Unlock()
+	return id, nil
+}
+
+// allgatherInternal exchanges one value among the members (ranks in c)
+// on c's internal context; the result is indexed by rank in c, nil for
+// non-members. Every member sends to every other: communicator creation
+// is rare, and this needs nothing but point-to-point.
+func (c *Comm) allgatherInternal(ctx context.Context, members []int, tag int, mine []byte) ([][]byte, error) {
+	out := make([][]byte, c.Size())
+	out[c.rank] = mine
+	var reqs []*Request
+	for _, m := range members {
+		if m == c.rank {
+			continue
+		}
+		out[m] = make([]byte, len(mine))
+		rr, err := c.irecv(out[m], m, tag, c.id*2+1)
+		if err != nil {
+			return nil, err
+		}
+		sr, err := c.isend(mine, m, tag, c.id*2+1)
+		if err != nil {
+			return nil, err
+		}
+		reqs = append(reqs, rr, sr)
+	}
+	if err := WaitAll(ctx, reqs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

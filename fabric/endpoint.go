@@ -1,0 +1,281 @@
+package fabric
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+var randRead = rand.Read
+
+// Endpoint is this process's place in a job: its bootstrap, providers and
+// matching engine, and the world and self communicators.
+type Endpoint struct {
+	boot  Bootstrap
+	e     *engine
+	rank  int
+	size  int
+	shm   *shmProvider
+	world *Comm
+	self  *Comm
+	local []int // world ranks on this node
+
+	createMu sync.Mutex // communicator creation, one at a time
+	idMu     sync.Mutex
+	ids      idMask
+	closed   atomic.Bool
+	ftFile   *os.File
+}
+
+// Init joins the job this process was started in (see DetectBootstrap)
+// and connects to its peers: shared memory to every process on this node.
+// It is collective: every process of the job calls it.
+func Init(ctx context.Context) (*Endpoint, error) {
+	b, err := DetectBootstrap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := InitWith(ctx, b)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return ep, nil
+}
+
+// InitWith is Init over a bootstrap the caller made.
+func InitWith(ctx context.Context, b Bootstrap) (*Endpoint, error) {
+	ep := &Endpoint{boot: b, rank: b.Rank(), size: b.Size()}
+	ep.e = newEngine(ep.rank, ep.size)
+	for i := range ep.ids {
+		ep.ids[i] = ^uint64(0)
+	}
+	ep.ids[0] &^= 3 // 0: world, 1: self
+	if err := ep.connect(ctx); err != nil {
+		ep.closeProviders()
+		return nil, err
+	}
+	ep.world = newComm(ep, 0, allRanks(ep.size))
+	ep.world.world = true
+	ep.self = newComm(ep, 1, []int{ep.rank})
+	ep.self.world = true
+	if err := ep.unlinkWhenMapped(ctx); err != nil {
+		ep.closeProviders()
+		return nil, err
+	}
+	if v := os.Getenv("RIVET_FT_FD"); v != "" {
+		if fd, err := strconv.Atoi(v); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+			unix.SetNonblock(fd, true)
+			ep.ftFile = os.NewFile(uintptr(fd), "rivet-ft")
+			go watchLauncher(ep.e, ep.ftFile)
+		}
+	}
+	return ep, nil
+}
+
+// nodeKey names this node and pid namespace: processes with equal keys
+// can share memory and see each other's pids.
+func nodeKey() string {
+	host, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return host + "|" + strings.TrimSpace(string(boot)) + "|" + ns
+}
+
+func (ep *Endpoint) connect(ctx context.Context) error {
+	b := ep.boot
+	if ep.size == 1 {
+		return nil
+	}
+	if err := b.Put(ctx, "node", []byte(nodeKey()+"|"+strconv.Itoa(os.Getpid()))); err != nil {
+		return err
+	}
+	if err := b.Fence(ctx); err != nil {
+		return err
+	}
+	mine := nodeKey()
+	var pids []int
+	for r := 0; r < ep.size; r++ {
+		v, err := b.Get(ctx, r, "node")
+		if err != nil {
+			return err
+		}
+		s := string(v)
+		i := strings.LastIndexByte(s, '|')
+		if i < 0 {
+			return fmt.Errorf("fabric: rank %d published a bad node key %q", r, s)
+		}
+		if s[:i] == mine {
+			pid, err := strconv.Atoi(s[i+1:])
+			if err != nil {
+				return fmt.Errorf("fabric: rank %d published a bad pid %q", r, s[i+1:])
+			}
+			ep.local = append(ep.local, r)
+			pids = append(pids, pid)
+		}
+	}
+	if len(ep.local) > 1 {
+		shm, err := newShmSegment(segmentPrefix(b), ep.rank, len(ep.local))
+		if err != nil {
+			return err
+		}
+		ep.shm = shm
+		if err := b.Put(ctx, "shm", []byte(shm.path)); err != nil {
+			return err
+		}
+	}
+	if err := b.Fence(ctx); err != nil {
+		return err
+	}
+	if ep.shm != nil {
+		paths := make([]string, len(ep.local))
+		for i, r := range ep.local {
+			if r == ep.rank {
+				continue
+			}
+			v, err := b.Get(ctx, r, "shm")
+			if err != nil {
+				return err
+			}
+			paths[i] = string(v)
+		}
+		if err := ep.shm.connect(ep.rank, ep.local, paths, pids); err != nil {
+			return err
+		}
+		for _, r := range ep.local {
+			if r != ep.rank {
+				ep.e.route[r] = ep.shm
+			}
+		}
+		ep.e.provs = append(ep.e.provs, ep.shm)
+		ep.e.health = newHealth(ep.local, pids, ep.rank)
+	}
+	return nil
+}
+
+// unlinkWhenMapped waits until every process on the node has mapped this
+// process's segment — each proves it by writing a frame into its ring
+// there — and then unlinks the segment's name, so that nothing is left
+// behind whatever happens next. (A PMI fence would not do: Hydra's PMI-2
+// fence does not wait for the other processes.)
+func (ep *Endpoint) unlinkWhenMapped(ctx context.Context) error {
+	if ep.shm == nil {
+		return nil
+	}
+	w := ep.world
+	var reqs []*Request
+	for _, r := range ep.local {
+		if r == ep.rank {
+			continue
+		}
+		rr, err := w.irecv(nil, r, tagConnect, 1)
+		if err != nil {
+			return err
+		}
+		sr, err := w.isend(nil, r, tagConnect, 1)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, rr, sr)
+	}
+	if err := WaitAll(ctx, reqs...); err != nil {
+		return fmt.Errorf("fabric: connecting to the processes on this node: %w", err)
+	}
+	ep.shm.unlink()
+	return nil
+}
+
+// segmentPrefix starts every segment name of a job with the same prefix,
+// the launcher's job id when it has one, so rivetrun can sweep them.
+func segmentPrefix(b Bootstrap) string {
+	id := ""
+	if j, ok := b.(interface{ JobID() string }); ok {
+		id = j.JobID()
+	}
+	id = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, id)
+	if !strings.HasPrefix(id, "rivet-") {
+		id = "rivet-" + id
+	}
+	return id
+}
+
+// World is the communicator of every process in the job (MPI_COMM_WORLD).
+func (ep *Endpoint) World() *Comm { return ep.world }
+
+// Self is the communicator of this process alone (MPI_COMM_SELF).
+func (ep *Endpoint) Self() *Comm { return ep.self }
+
+// Launcher names what started the job, for logs.
+func (ep *Endpoint) Launcher() string { return ep.boot.Launcher() }
+
+// Provider names how this process reaches world rank r: "self", "shm",
+// or "" when nothing reaches it.
+func (ep *Endpoint) Provider(r int) string {
+	if r < 0 || r >= ep.size || ep.e.route[r] == nil {
+		return ""
+	}
+	return ep.e.route[r].name()
+}
+
+// Failed returns the world ranks this process knows to have failed.
+func (ep *Endpoint) Failed() []int {
+	ep.e.mu.Lock()
+	defer ep.e.mu.Unlock()
+	var out []int
+	for r, err := range ep.e.failed {
+		if err != nil && errors.Is(err, ErrProcFailed) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (ep *Endpoint) releaseID(id uint32) {
+	ep.idMu.Lock()
+	ep.ids[id/64] |= 1 << (id % 64)
+	ep.idMu.Unlock()
+}
+
+// Close leaves the job: peers see a clean exit, not a failure. Requests
+// still in progress are abandoned. Close is idempotent.
+func (ep *Endpoint) Close() error {
+	if ep.closed.Swap(true) {
+		return nil
+	}
+	ep.e.mu.Lock()
+	if ep.shm != nil {
+		ep.shm.markClosed()
+	}
+	ep.e.closed = true
+	ep.e.mu.Unlock()
+	ep.closeProviders()
+	if ep.ftFile != nil {
+		ep.ftFile.Close()
+	}
+	return ep.boot.Close()
+}
+
+func (ep *Endpoint) closeProviders() {
+	ep.e.mu.Lock()
+	defer ep.e.mu.Unlock()
+	if ep.e.health != nil {
+		ep.e.health.close()
+	}
+	if ep.shm != nil {
+		ep.shm.close()
+	}
+}

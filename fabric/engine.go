@@ -1,0 +1,515 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// The engine is one process's matching and progress engine: MPI's posted
+// and unexpected queues over the providers' ordered frames. Everything in
+// it runs under mu, inside the calls of whichever goroutine is waiting;
+// there is no hidden progress thread.
+type engine struct {
+	mu    sync.Mutex
+	me    int // world rank
+	route []provider
+	provs []provider
+	self  *selfProvider
+
+	posted  reqList
+	unexp   umsgList
+	freeU   *umsg
+	freeR   *Request
+	rdv     map[uint64]*Request
+	nextID  uint64
+	pending []reqList // per world rank: sends waiting for room, in order
+	npend   int
+
+	failed   []error // per world rank: why it is gone; nil while alive
+	nfailed  int
+	health   *health
+	lastScan time.Time
+	closed   bool
+}
+
+// umsg is an unexpected message: arrived before its receive was posted.
+type umsg struct {
+	h    hdr
+	peer int // world rank
+	data []byte
+	next *umsg
+	prev *umsg
+}
+
+type umsgList struct{ head, tail *umsg }
+
+func (l *umsgList) push(u *umsg) {
+	u.next, u.prev = nil, l.tail
+	if l.tail != nil {
+		l.tail.next = u
+	} else {
+		l.head = u
+	}
+	l.tail = u
+}
+
+func (l *umsgList) remove(u *umsg) {
+	if u.prev != nil {
+		u.prev.next = u.next
+	} else {
+		l.head = u.next
+	}
+	if u.next != nil {
+		u.next.prev = u.prev
+	} else {
+		l.tail = u.prev
+	}
+	u.next, u.prev = nil, nil
+}
+
+func newEngine(me, size int) *engine {
+	e := &engine{
+		me:      me,
+		route:   make([]provider, size),
+		rdv:     map[uint64]*Request{},
+		pending: make([]reqList, size),
+		failed:  make([]error, size),
+	}
+	e.self = &selfProvider{}
+	e.route[me] = e.self
+	e.provs = append(e.provs, e.self)
+	return e
+}
+
+func matches(ctx uint32, src, tag int, h *hdr) bool {
+	return ctx == h.ctx && (src == AnySource || src == int(h.src)) && (tag == AnyTag || tag == int(h.tag))
+}
+
+// deliver takes one arrived frame from world rank peer.
+func (e *engine) deliver(peer int, h *hdr, payload []byte) {
+	if h.kind == frameFIN {
+		if r := e.rdv[h.id]; r != nil {
+			delete(e.rdv, h.id)
+			e.finish(r, nil)
+		}
+		return
+	}
+	for r := e.posted.head; r != nil; r = r.next {
+		if matches(r.h.ctx, r.peer, r.tag, h) {
+			e.posted.remove(r)
+			e.receive(r, peer, h, payload)
+			return
+		}
+	}
+	u := e.freeU
+	if u != nil {
+		e.freeU = u.next
+	} else {
+		u = &umsg{}
+	}
+	u.h, u.peer = *h, peer
+	u.data = append(u.data[:0], payload...)
+	e.unexp.push(u)
+}
+
+// receive completes receive r with a matched message.
+func (e *engine) receive(r *Request, peer int, h *hdr, payload []byte) {
+	n := int(h.size)
+	var err error
+	if n > len(r.buf) {
+		n = len(r.buf)
+		err = fmt.Errorf("%w: %d-byte message from rank %d, tag %d, into a %d-byte buffer", ErrTruncated, h.size, h.src, h.tag, len(r.buf))
+	}
+	switch h.kind {
+	case frameEager:
+		copy(r.buf, payload[:n])
+	case frameRTS:
+		if n > 0 {
+			if rerr := e.readRemote(peer, r.buf[:n], h); rerr != nil {
+				n, err = 0, e.peerError(r.comm, peer, rerr)
+			}
+		}
+		if err == nil || errors.Is(err, ErrTruncated) {
+			e.sendCtl(peer, &hdr{kind: frameFIN, id: h.id})
+		}
+	}
+	r.status = Status{Source: int(h.src), Tag: int(h.tag), Count: n}
+	e.finish(r, err)
+}
+
+func (e *engine) readRemote(peer int, dst []byte, h *hdr) error {
+	if peer == e.me {
+		s := e.rdv[h.id]
+		if s == nil {
+			return fmt.Errorf("fabric: internal: no rendezvous send %d", h.id)
+		}
+		copy(dst, s.buf)
+		return nil
+	}
+	err := e.route[peer].read(peer, dst, h.addr)
+	if errors.Is(err, errPeerGone) {
+		e.markFailed(peer, procFailed("world rank %d: %v", peer, err))
+	}
+	return err
+}
+
+// peerError describes a failure involving world rank peer for an
+// operation on comm.
+func (e *engine) peerError(comm *Comm, peer int, cause error) error {
+	rank := -1
+	if comm != nil {
+		rank = comm.fromWorld(peer)
+	}
+	return &PeerError{Rank: rank, WorldRank: peer, Err: cause}
+}
+
+func (e *engine) finish(r *Request, err error) {
+	r.err = err
+	r.state = stDone
+	if r.orphan {
+		e.release(r)
+	}
+}
+
+// sendCtl sends a control frame now or queues it behind earlier frames.
+func (e *engine) sendCtl(peer int, h *hdr) {
+	if e.failed[peer] != nil {
+		return
+	}
+	if e.pending[peer].empty() && e.route[peer].send(peer, h, nil) {
+		return
+	}
+	r := e.get()
+	r.kind, r.h, r.peer, r.state = reqCtl, *h, peer, stPending
+	r.orphan = true
+	e.pending[peer].push(r)
+	e.npend++
+}
+
+// startSend starts send r (kind, buf, peer, h.ctx/src/tag set).
+func (e *engine) startSend(r *Request) {
+	dest := r.peer
+	if e.closed {
+		e.finish(r, ErrClosed)
+		return
+	}
+	if err := e.failed[dest]; err != nil {
+		e.finish(r, e.peerError(r.comm, dest, err))
+		return
+	}
+	p := e.route[dest]
+	if p == nil {
+		e.finish(r, e.peerError(r.comm, dest, ErrNoRoute))
+		return
+	}
+	r.h.size = uint64(len(r.buf))
+	if len(r.buf) <= p.eagerMax() {
+		r.h.kind = frameEager
+	} else {
+		e.nextID++
+		r.h.kind, r.h.id = frameRTS, e.nextID
+		r.h.addr = uint64(uintptr(unsafe.Pointer(&r.buf[0])))
+		e.rdv[r.h.id] = r
+	}
+	if e.pending[dest].empty() && p.send(dest, &r.h, r.payload()) {
+		e.sent(r)
+		return
+	}
+	r.state = stPending
+	e.pending[dest].push(r)
+	e.npend++
+}
+
+func (r *Request) payload() []byte {
+	if r.h.kind == frameEager {
+		return r.buf
+	}
+	return nil
+}
+
+// sent records that send r's frame is with the provider.
+func (e *engine) sent(r *Request) {
+	switch {
+	case r.kind == reqCtl:
+		r.state = stDone
+		e.release(r)
+	case r.h.kind == frameEager:
+		r.status = Status{Count: len(r.buf)}
+		e.finish(r, nil)
+	default:
+		r.status = Status{Count: len(r.buf)}
+		r.state = stRdv
+	}
+}
+
+// progress polls every provider and pushes queued sends; it returns how
+// much happened.
+func (e *engine) progress() int {
+	if e.closed {
+		return 0
+	}
+	n := 0
+	for _, p := range e.provs {
+		n += p.poll(e, 64)
+	}
+	if e.npend > 0 {
+		for dest := range e.pending {
+			l := &e.pending[dest]
+			for r := l.head; r != nil; r = l.head {
+				if !e.route[dest].send(dest, &r.h, r.payload()) {
+					break
+				}
+				l.remove(r)
+				e.npend--
+				n++
+				e.sent(r)
+			}
+		}
+	}
+	return n
+}
+
+// cancel cancels r if no data of it has moved yet.
+func (e *engine) cancel(r *Request) bool {
+	switch r.state {
+	case stPosted:
+		e.posted.remove(r)
+	case stPending:
+		if r.kind == reqCtl {
+			return false
+		}
+		e.pending[r.peer].remove(r)
+		e.npend--
+		if r.h.kind == frameRTS {
+			delete(e.rdv, r.h.id)
+		}
+	default:
+		return false
+	}
+	r.status = Status{Cancelled: true}
+	e.finish(r, nil)
+	return true
+}
+
+// get takes a request from the engine's pool (for blocking calls).
+func (e *engine) get() *Request {
+	r := e.freeR
+	if r != nil {
+		e.freeR = r.next
+		r.next = nil
+	} else {
+		r = &Request{e: e}
+	}
+	r.pooled = true
+	return r
+}
+
+func (e *engine) release(r *Request) {
+	*r = Request{e: e, next: e.freeR}
+	e.freeR = r
+}
+
+// wait makes progress until r completes, ctx ends, or a failure makes r
+// unable to complete. It is wait's allocation-free special case of
+// waitUntil.
+func (e *engine) wait(ctx context.Context, r *Request) error {
+	done := ctx.Done()
+	for i := 0; ; i++ {
+		e.mu.Lock()
+		if r.state != stDone && e.progress() == 0 {
+			e.idle(i)
+		}
+		if r.state == stDone {
+			e.mu.Unlock()
+			return nil
+		}
+		if e.closed {
+			e.mu.Unlock()
+			return ErrClosed
+		}
+		if i&127 == 127 {
+			if err := e.scan(r); err != nil {
+				e.mu.Unlock()
+				return err
+			}
+		}
+		e.mu.Unlock()
+		if i&15 == 15 && done != nil {
+			select {
+			case <-done:
+				e.mu.Lock()
+				e.cancel(r)
+				e.mu.Unlock()
+				return ctx.Err()
+			default:
+			}
+		}
+		backoff(i)
+	}
+}
+
+// waitUntil is wait for a condition over several requests.
+func (e *engine) waitUntil(ctx context.Context, cond func() bool, cancel func()) error {
+	done := ctx.Done()
+	for i := 0; ; i++ {
+		e.mu.Lock()
+		if !cond() {
+			e.progress()
+		}
+		if cond() {
+			e.mu.Unlock()
+			return nil
+		}
+		if e.closed {
+			e.mu.Unlock()
+			return ErrClosed
+		}
+		if i&127 == 127 {
+			e.scan(nil)
+		}
+		e.mu.Unlock()
+		if i&15 == 15 && done != nil {
+			select {
+			case <-done:
+				if cancel != nil {
+					e.mu.Lock()
+					cancel()
+					e.mu.Unlock()
+				}
+				return ctx.Err()
+			default:
+			}
+		}
+		backoff(i)
+	}
+}
+
+func (e *engine) idle(int) {}
+
+// backoff spins first, for latency, then yields the CPU to other
+// processes (ranks may outnumber cores), then sleeps briefly once a wait
+// has gone on for long, so an idle rank does not burn a core.
+func backoff(i int) {
+	switch {
+	case i < 4096:
+	case i < 1<<17:
+		runtime.Gosched()
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	default:
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// scan looks for failed peers (at most every millisecond) and reports
+// whether r can no longer complete for certain: a receive from any source
+// while a member of its communicator has failed.
+func (e *engine) scan(r *Request) error {
+	if now := time.Now(); now.Sub(e.lastScan) >= time.Millisecond {
+		e.lastScan = now
+		if e.health != nil {
+			e.health.check(e)
+		}
+	}
+	if r == nil || e.nfailed == 0 || r.kind != reqRecv || r.peer != AnySource {
+		return nil
+	}
+	for _, w := range r.comm.ranks {
+		if err := e.failed[w]; err != nil && errors.Is(err, ErrProcFailed) {
+			if e.cancel(r) {
+				r.status.Cancelled = false
+			}
+			return e.peerError(r.comm, w, fmt.Errorf("%w (%v)", ErrProcFailedPending, err))
+		}
+	}
+	return nil
+}
+
+// markFailed records that world rank peer is gone and fails every
+// operation that depended on it. Frames it sent before dying are still
+// delivered first.
+func (e *engine) markFailed(peer int, cause error) {
+	if e.failed[peer] != nil || peer == e.me {
+		return
+	}
+	for i := 0; i < 1024 && e.progress() > 0; i++ {
+	}
+	e.failed[peer] = cause
+	e.nfailed++
+	l := &e.pending[peer]
+	for r := l.head; r != nil; r = l.head {
+		l.remove(r)
+		e.npend--
+		if r.kind == reqCtl {
+			r.state = stDone
+			e.release(r)
+			continue
+		}
+		if r.h.kind == frameRTS {
+			delete(e.rdv, r.h.id)
+		}
+		e.finish(r, e.peerError(r.comm, peer, cause))
+	}
+	for id, r := range e.rdv {
+		if r.peer == peer {
+			delete(e.rdv, id)
+			e.finish(r, e.peerError(r.comm, peer, cause))
+		}
+	}
+	for r := e.posted.head; r != nil; {
+		next := r.next
+		if r.peer != AnySource && r.comm.ranks[r.peer] == peer {
+			e.posted.remove(r)
+			e.finish(r, e.peerError(r.comm, peer, cause))
+		}
+		r = next
+	}
+}
+
+// selfProvider carries a process's messages to itself.
+type selfProvider struct {
+	q    []selfFrame
+	head int
+}
+
+type selfFrame struct {
+	h    hdr
+	data []byte
+}
+
+func (s *selfProvider) name() string  { return "self" }
+func (s *selfProvider) eagerMax() int { return 1 << 10 }
+func (s *selfProvider) send(_ int, h *hdr, payload []byte) bool {
+	if len(s.q) < cap(s.q) {
+		s.q = s.q[:len(s.q)+1]
+	} else {
+		s.q = append(s.q, selfFrame{})
+	}
+	f := &s.q[len(s.q)-1]
+	f.h = *h
+	f.data = append(f.data[:0], payload...)
+	return true
+}
+
+func (s *selfProvider) poll(e *engine, budget int) int {
+	n := 0
+	for ; n < budget && s.head < len(s.q); n++ {
+		// deliver may send to ourselves and grow the queue: work on copies.
+		f := s.q[s.head]
+		s.head++
+		e.deliver(e.me, &f.h, f.data)
+	}
+	if s.head == len(s.q) {
+		s.q, s.head = s.q[:0], 0
+	}
+	return n
+}
+
+func (s *selfProvider) read(int, []byte, uint64) error { return errors.New("fabric: internal: self read") }
+func (s *selfProvider) closed(int) bool              { return false }
+func (s *selfProvider) close() error                 { return nil }

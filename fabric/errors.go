@@ -1,0 +1,60 @@
+package fabric
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by communicators and requests; match them with errors.Is.
+// ErrRank, ErrTag, ErrComm and ErrGroup also match ErrInvalid.
+var (
+	// ErrRank: a rank that is not in the communicator.
+	ErrRank = fmt.Errorf("fabric: invalid rank: %w", ErrInvalid)
+	// ErrTag: a tag outside 0..MaxTag (or AnyTag where a receive allows it).
+	ErrTag = fmt.Errorf("fabric: invalid tag: %w", ErrInvalid)
+	// ErrComm: a nil communicator, or one already freed.
+	ErrComm = fmt.Errorf("fabric: invalid communicator: %w", ErrInvalid)
+	// ErrGroup: a group that does not fit the call.
+	ErrGroup = fmt.Errorf("fabric: invalid group: %w", ErrInvalid)
+	// ErrTruncated: a message longer than the receive buffer. The part that
+	// fits was received.
+	ErrTruncated = errors.New("fabric: message truncated")
+	// ErrProcFailed: a process the operation depends on has failed.
+	ErrProcFailed = errors.New("fabric: process failed")
+	// ErrProcFailedPending: a receive from AnySource cannot be sure to
+	// complete because a possible sender has failed; the request is still
+	// active (ULFM's MPI_ERR_PROC_FAILED_PENDING).
+	ErrProcFailedPending = errors.New("fabric: process failed, receive still pending")
+	// ErrNoRoute: no provider reaches the peer.
+	ErrNoRoute = errors.New("fabric: no provider reaches the peer")
+	// ErrClosed: the endpoint was closed.
+	ErrClosed = errors.New("fabric: endpoint closed")
+)
+
+// errPeerGone is what a provider says when the peer's process is gone;
+// the engine turns it into a PeerError.
+var errPeerGone = errors.New("peer process is gone")
+
+// PeerError says that an operation failed because of one peer: it failed,
+// or could not be reached. It matches ErrProcFailed (or ErrNoRoute) with
+// errors.Is, and unwraps to the cause the fabric observed.
+type PeerError struct {
+	Rank      int   // in the communicator of the operation, -1 if not a member
+	WorldRank int   // in the job
+	Err       error // ErrProcFailed or ErrNoRoute, wrapping the cause
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("rank %d (world rank %d): %v", e.Rank, e.WorldRank, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// failure is what the fabric knows about one failed peer.
+type failure struct {
+	cause error // wraps ErrProcFailed
+}
+
+func procFailed(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrProcFailed}, args...)...)
+}

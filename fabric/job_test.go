@@ -1,0 +1,88 @@
+package fabric
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/internal/launch"
+)
+
+// progEnv makes the test binary run one of progs, as one rank of a job
+// the test started with internal/launch (rivetrun's engine).
+const progEnv = "RIVET_FABRIC_PROG"
+
+var progs = map[string]func(ctx context.Context, ep *Endpoint) error{}
+
+// failf ends a program with an error; runProg turns the panic back into one.
+type progFailure struct{ error }
+
+func failf(format string, args ...any) { panic(progFailure{fmt.Errorf(format, args...)}) }
+
+func must(err error, what string) {
+	if err != nil {
+		failf("%s: %v", what, err)
+	}
+}
+
+func runProg(name string) (status int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	ep, err := Init(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "init:", err)
+		return 1
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			if f, ok := p.(progFailure); ok {
+				fmt.Fprintf(os.Stderr, "rank %d: %v\n", ep.World().Rank(), f.error)
+			} else {
+				fmt.Fprintf(os.Stderr, "rank %d: panic: %v\n%s", ep.World().Rank(), p, debug.Stack())
+			}
+			status = 1
+		}
+	}()
+	if err := progs[name](ctx, ep); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: %v\n", ep.World().Rank(), err)
+		return 1
+	}
+	if err := ep.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: close: %v\n", ep.World().Rank(), err)
+		return 1
+	}
+	fmt.Printf("rank %d ok\n", ep.World().Rank())
+	return 0
+}
+
+// runJob runs prog on n ranks and returns its output and status.
+func runJob(t *testing.T, n int, prog string, ft bool, env ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	st := launch.Run(ctx, launch.Options{N: n, Tag: true, FT: ft, Grace: time.Second,
+		Env: append([]string{progEnv + "=" + prog}, env...), Stdout: &out, Stderr: &errb},
+		[]string{os.Args[0], "-test.run=^$"})
+	return out.String(), errb.String(), st
+}
+
+// runOK runs prog and fails the test unless every rank says ok.
+func runOK(t *testing.T, n int, prog string, env ...string) string {
+	t.Helper()
+	out, errs, st := runJob(t, n, prog, false, env...)
+	if st != 0 {
+		t.Fatalf("%s on %d ranks: status %d\nstdout:\n%s\nstderr:\n%s", prog, n, st, out, errs)
+	}
+	for r := 0; r < n; r++ {
+		if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+			t.Fatalf("rank %d did not finish:\n%s\n%s", r, out, errs)
+		}
+	}
+	return out
+}

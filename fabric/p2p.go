@@ -1,0 +1,293 @@
+package fabric
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+)
+
+func (c *Comm) checkDest(dest, tag int) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	if dest != ProcNull && (dest < 0 || dest >= len(c.ranks)) {
+		return fmt.Errorf("%w: destination %d in a communicator of %d", ErrRank, dest, len(c.ranks))
+	}
+	if tag < 0 || tag > MaxTag {
+		return fmt.Errorf("%w: %d (0..%d)", ErrTag, tag, MaxTag)
+	}
+	return nil
+}
+
+func (c *Comm) checkSource(src, tag int) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	if src != ProcNull && src != AnySource && (src < 0 || src >= len(c.ranks)) {
+		return fmt.Errorf("%w: source %d in a communicator of %d", ErrRank, src, len(c.ranks))
+	}
+	if tag != AnyTag && (tag < 0 || tag > MaxTag) {
+		return fmt.Errorf("%w: %d (0..%d or AnyTag)", ErrTag, tag, MaxTag)
+	}
+	return nil
+}
+
+// Send sends buf to rank dest with tag, and returns once buf may be
+// reused (MPI_Send). Short messages are buffered; long ones wait for the
+// receiver, which reads them straight from buf.
+func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
+	if err := c.checkDest(dest, tag); err != nil {
+		return err
+	}
+	if dest == ProcNull {
+		return nil
+	}
+	e := c.e
+	e.mu.Lock()
+	r := e.get()
+	c.initSend(r, buf, dest, tag, c.id*2)
+	e.startSend(r)
+	if r.state == stDone {
+		err := r.err
+		e.release(r)
+		e.mu.Unlock()
+		return err
+	}
+	e.mu.Unlock()
+	return c.finishBlocking(ctx, r, nil)
+}
+
+// finishBlocking waits for a blocking call's pooled request and returns
+// it to the pool, or leaves it to be freed on completion if ctx ended
+// while data was moving.
+func (c *Comm) finishBlocking(ctx context.Context, r *Request, st *Status) error {
+	e := c.e
+	err := e.wait(ctx, r)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r.state != stDone {
+		r.orphan = true
+		return err
+	}
+	if st != nil {
+		*st = r.status
+	}
+	if err == nil {
+		err = r.err
+	}
+	e.release(r)
+	return err
+}
+
+func (c *Comm) initSend(r *Request, buf []byte, dest, tag int, ctxID uint32) {
+	r.comm, r.kind, r.buf, r.peer, r.tag = c, reqSend, buf, c.ranks[dest], tag
+	r.h = hdr{ctx: ctxID, src: int32(c.rank), tag: int32(tag)}
+}
+
+// Recv receives into buf a message from rank src (or AnySource) with tag
+// (or AnyTag) (MPI_Recv). A longer message than buf fills buf and returns
+// an error matching ErrTruncated.
+func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, error) {
+	if err := c.checkSource(src, tag); err != nil {
+		return Status{}, err
+	}
+	if src == ProcNull {
+		return Status{Source: ProcNull, Tag: AnyTag}, nil
+	}
+	e := c.e
+	e.mu.Lock()
+	r := e.get()
+	c.postRecv(r, buf, src, tag, c.id*2)
+	if r.state == stDone {
+		st, err := r.status, r.err
+		e.release(r)
+		e.mu.Unlock()
+		return st, err
+	}
+	e.mu.Unlock()
+	var st Status
+	err := c.finishBlocking(ctx, r, &st)
+	return st, err
+}
+
+// postRecv matches r against the unexpected messages or posts it; it
+// completes r at once when its source has failed with nothing left from it.
+func (c *Comm) postRecv(r *Request, buf []byte, src, tag int, ctxID uint32) {
+	e := c.e
+	r.comm, r.kind, r.buf, r.peer, r.tag = c, reqRecv, buf, src, tag
+	r.h.ctx = ctxID
+	for u := e.unexp.head; u != nil; u = u.next {
+		if matches(ctxID, src, tag, &u.h) {
+			e.unexp.remove(u)
+			e.receive(r, u.peer, &u.h, u.data)
+			u.next, e.freeU = e.freeU, u
+			return
+		}
+	}
+	if src != AnySource {
+		if w := c.ranks[src]; e.failed[w] != nil {
+			e.finish(r, e.peerError(c, w, e.failed[w]))
+			return
+		}
+	}
+	r.state = stPosted
+	e.posted.push(r)
+}
+
+// Isend starts a send (MPI_Isend); buf belongs to the fabric until the
+// request completes.
+func (c *Comm) Isend(buf []byte, dest, tag int) (*Request, error) {
+	if err := c.checkDest(dest, tag); err != nil {
+		return nil, err
+	}
+	return c.isend(buf, dest, tag, c.id*2)
+}
+
+func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint32) (*Request, error) {
+	r := &Request{e: c.e}
+	if dest == ProcNull {
+		r.state = stDone
+		return r, nil
+	}
+	c.e.mu.Lock()
+	c.initSend(r, buf, dest, tag, ctxID)
+	c.e.startSend(r)
+	c.e.mu.Unlock()
+	return r, nil
+}
+
+// Irecv starts a receive (MPI_Irecv); buf belongs to the fabric until the
+// request completes.
+func (c *Comm) Irecv(buf []byte, src, tag int) (*Request, error) {
+	if err := c.checkSource(src, tag); err != nil {
+		return nil, err
+	}
+	return c.irecv(buf, src, tag, c.id*2)
+}
+
+func (c *Comm) irecv(buf []byte, src, tag int, ctxID uint32) (*Request, error) {
+	r := &Request{e: c.e}
+	if src == ProcNull {
+		r.state, r.status = stDone, Status{Source: ProcNull, Tag: AnyTag}
+		return r, nil
+	}
+	c.e.mu.Lock()
+	c.postRecv(r, buf, src, tag, ctxID)
+	c.e.mu.Unlock()
+	return r, nil
+}
+
+// Iprobe reports whether a message from src with tag could be received
+// now, and its status, without receiving it (MPI_Iprobe).
+func (c *Comm) Iprobe(src, tag int) (Status, bool, error) {
+	if err := c.checkSource(src, tag); err != nil {
+		return Status{}, false, err
+	}
+	if src == ProcNull {
+		return Status{Source: ProcNull, Tag: AnyTag}, true, nil
+	}
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.progress()
+	st, ok := c.probe(src, tag)
+	return st, ok, nil
+}
+
+func (c *Comm) probe(src, tag int) (Status, bool) {
+	for u := c.e.unexp.head; u != nil; u = u.next {
+		if matches(c.id*2, src, tag, &u.h) {
+			return Status{Source: int(u.h.src), Tag: int(u.h.tag), Count: int(u.h.size)}, true
+		}
+	}
+	return Status{}, false
+}
+
+// Probe waits until a message from src with tag can be received and
+// returns its status (MPI_Probe).
+func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
+	if err := c.checkSource(src, tag); err != nil {
+		return Status{}, err
+	}
+	if src == ProcNull {
+		return Status{Source: ProcNull, Tag: AnyTag}, nil
+	}
+	var st Status
+	var perr error
+	err := c.e.waitUntil(ctx, func() bool {
+		var ok bool
+		if st, ok = c.probe(src, tag); ok {
+			return true
+		}
+		if src != AnySource {
+			if w := c.ranks[src]; c.e.failed[w] != nil {
+				perr = c.e.peerError(c, w, c.e.failed[w])
+				return true
+			}
+		}
+		return false
+	}, nil)
+	if err == nil {
+		err = perr
+	}
+	return st, err
+}
+
+// Sendrecv sends sendbuf to dest and receives into recvbuf from src, at
+// once, so that a ring of Sendrecv calls cannot deadlock (MPI_Sendrecv).
+func (c *Comm) Sendrecv(ctx context.Context, sendbuf []byte, dest, sendtag int, recvbuf []byte, src, recvtag int) (Status, error) {
+	rr, err := c.Irecv(recvbuf, src, recvtag)
+	if err != nil {
+		return Status{}, err
+	}
+	sr, err := c.Isend(sendbuf, dest, sendtag)
+	if err != nil {
+		rr.Cancel()
+		return Status{}, err
+	}
+	if err := WaitAll(ctx, rr, sr); err != nil {
+		return rr.status, err
+	}
+	return rr.status, nil
+}
+
+// Elem is the element types typed messages carry: fixed-size numbers,
+// sent in the machine's byte order, as MPI's predefined types are.
+type Elem interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~int | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uint | ~uintptr |
+		~float32 | ~float64 | ~complex64 | ~complex128
+}
+
+func sizeOf[T Elem]() int {
+	var z T
+	return int(unsafe.Sizeof(z))
+}
+
+// AsBytes views a typed slice as bytes, without copying.
+func AsBytes[T Elem](s []T) []byte {
+	if len(s) == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*sizeOf[T]())
+}
+
+// SendSlice is Send of a typed slice.
+func SendSlice[T Elem](ctx context.Context, c *Comm, buf []T, dest, tag int) error {
+	return c.Send(ctx, AsBytes(buf), dest, tag)
+}
+
+// RecvSlice is Recv into a typed slice; Count[T] of the status gives the
+// number of elements received.
+func RecvSlice[T Elem](ctx context.Context, c *Comm, buf []T, src, tag int) (Status, error) {
+	return c.Recv(ctx, AsBytes(buf), src, tag)
+}
+
+// IsendSlice is Isend of a typed slice.
+func IsendSlice[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	return c.Isend(AsBytes(buf), dest, tag)
+}
+
+// IrecvSlice is Irecv into a typed slice.
+func IrecvSlice[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
+	return c.Irecv(AsBytes(buf), src, tag)
+}

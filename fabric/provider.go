@@ -1,0 +1,49 @@
+package fabric
+
+// A provider moves frames between this process and the peers it reaches,
+// in the spirit of a libfabric provider: ordered messages to each peer
+// (the matching engine above builds tagged messaging on them), and reads
+// of a peer's exposed memory (rendezvous now, one-sided RMA later). The
+// shared-memory provider is the first; the verbs provider slots in beside
+// it, chosen per peer.
+//
+// Providers are driven only under the engine's lock: nothing in a
+// provider runs on its own, and progress happens inside calls.
+type provider interface {
+	name() string
+	// eagerMax is the largest payload send carries in one frame; longer
+	// messages go by rendezvous.
+	eagerMax() int
+	// send queues one frame for peer (a world rank). It returns false,
+	// leaving nothing queued, when the peer's queue has no room; frames
+	// to one peer arrive in the order sent.
+	send(peer int, h *hdr, payload []byte) bool
+	// poll hands up to budget arrived frames to the engine and returns
+	// how many it handed over. payload is valid only during the call.
+	poll(e *engine, budget int) int
+	// read copies len(dst) bytes of peer's memory at addr into dst.
+	read(peer int, dst []byte, addr uint64) error
+	// closed reports whether peer shut down cleanly (Close), as opposed
+	// to dying; only meaningful once the peer is gone.
+	closed(peer int) bool
+	close() error
+}
+
+// Frame kinds.
+const (
+	frameEager uint32 = 1 + iota // payload is the message
+	frameRTS                     // request to send: the message is at addr in the sender
+	frameFIN                     // the receiver has read rendezvous message id
+)
+
+// hdr is a frame's header. src is the sender's rank in the communicator
+// whose context id is ctx.
+type hdr struct {
+	kind uint32
+	ctx  uint32
+	src  int32
+	tag  int32
+	size uint64 // message length in bytes
+	id   uint64 // rendezvous: the sender's request id
+	addr uint64 // rendezvous: the message's address in the sender
+}

@@ -1,0 +1,329 @@
+package fabric
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The shared-memory provider. Every process creates one segment, a file
+// in /dev/shm (mode 0600, a random part in its name), that holds one
+// single-producer single-consumer ring per process on the node: the ring
+// that peer i writes and this process reads. Peers learn the name through
+// the bootstrap, map it, and once everyone has mapped everything the
+// owner unlinks it, so a job that later crashes leaves nothing behind
+// (one that dies earlier is swept by the launcher and by the next job).
+//
+// A ring is a head word the reader owns and cells that each start with a
+// sequence word the writer stores last: the reader polls the one cache
+// line that holds the next cell's sequence, header and first payload
+// bytes. Messages up to the eager limit are copied through a cell;
+// longer ones go by rendezvous: the receiver reads them straight from the
+// sender's memory with process_vm_readv (one copy, no staging) and
+// answers with a FIN frame.
+
+const (
+	shmMagic      = 0x52495645_54534d31 // "RIVETSM1"
+	shmHeader     = 4096
+	shmCellHeader = 48
+	shmEager      = 16 << 10
+	shmCell       = shmEager + 64 // stride; the payload starts at byte 48
+	shmRingHeader = 128           // head word, then padding to two cache lines
+)
+
+// Segment header words (byte offsets).
+const (
+	segMagic  = 0
+	segLocal  = 8  // processes on the node
+	segCells  = 16 // cells per ring
+	segClosed = 64 // set to 1 by a clean Close
+)
+
+func shmCells(nlocal int) int {
+	if nlocal > 16 {
+		return 16
+	}
+	return 64
+}
+
+func shmSize(nlocal int) int {
+	return shmHeader + nlocal*(shmRingHeader+shmCells(nlocal)*shmCell)
+}
+
+type shmRing struct {
+	head  *atomic.Uint64
+	cells []byte
+}
+
+func (r *shmRing) cell(i uint64, n int) []byte {
+	off := int(i%uint64(n)) * shmCell
+	return r.cells[off : off+shmCell : off+shmCell]
+}
+
+// shmOut is this process's side of the ring it writes in a peer's segment.
+type shmOut struct {
+	ring       shmRing
+	tail       uint64 // next sequence to write; only we write the ring
+	cachedHead uint64 // the reader's head when last looked at
+	seg        []byte
+	pid        int
+}
+
+type shmIn struct {
+	ring  shmRing
+	head  uint64
+	world int
+}
+
+type shmProvider struct {
+	path   string // our segment, until unlinked
+	seg    []byte // our segment
+	cells  int
+	local  []int          // world ranks on this node, in rank order; local index = position
+	out    map[int]*shmOut // by world rank
+	outs   []*shmOut       // by local index
+	in     []shmIn         // by local index, without ourselves
+	next   int             // where the next poll starts, for fairness
+	liov   [1]unix.Iovec
+	riov   [1]unix.RemoteIovec
+	selfIx int
+}
+
+var segNameRE = regexp.MustCompile(`-p([0-9]+)-[0-9a-f]+$`)
+
+// newShmSegment creates this process's segment for nlocal processes.
+func newShmSegment(prefix string, rank, nlocal int) (*shmProvider, error) {
+	sweepStaleSegments()
+	var rnd [8]byte
+	if _, err := randRead(rnd[:]); err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("%s-r%d-p%d-%x", prefix, rank, os.Getpid(), rnd)
+	path := filepath.Join("/dev/shm", name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("fabric: shared memory: %w", err)
+	}
+	defer f.Close()
+	size := shmSize(nlocal)
+	if err := f.Truncate(int64(size)); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("fabric: shared memory %s: %w", path, err)
+	}
+	seg, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("fabric: mapping %s: %w", path, os.NewSyscallError("mmap", err))
+	}
+	binary.LittleEndian.PutUint64(seg[segLocal:], uint64(nlocal))
+	binary.LittleEndian.PutUint64(seg[segCells:], uint64(shmCells(nlocal)))
+	atomic.StoreUint64(word(seg, segMagic), shmMagic)
+	return &shmProvider{path: path, seg: seg, cells: shmCells(nlocal), out: map[int]*shmOut{}}, nil
+}
+
+func word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
+
+func ringAt(seg []byte, ix, cells int) shmRing {
+	off := shmHeader + ix*(shmRingHeader+cells*shmCell)
+	return shmRing{
+		head:  (*atomic.Uint64)(unsafe.Pointer(&seg[off])),
+		cells: seg[off+shmRingHeader : off+shmRingHeader+cells*shmCell],
+	}
+}
+
+// connect maps the peers' segments. local lists the node's world ranks in
+// order; paths and pids are indexed like it.
+func (s *shmProvider) connect(me int, local []int, paths []string, pids []int) error {
+	s.local = local
+	s.outs = make([]*shmOut, len(local))
+	for ix, w := range local {
+		if w == me {
+			s.selfIx = ix
+			continue
+		}
+		f, err := os.OpenFile(paths[ix], os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("fabric: shared memory of rank %d: %w", w, err)
+		}
+		seg, err := unix.Mmap(int(f.Fd()), 0, shmSize(len(local)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("fabric: mapping the shared memory of rank %d: %w", w, os.NewSyscallError("mmap", err))
+		}
+		if atomic.LoadUint64(word(seg, segMagic)) != shmMagic || binary.LittleEndian.Uint64(seg[segLocal:]) != uint64(len(local)) {
+			unix.Munmap(seg)
+			return fmt.Errorf("fabric: the shared memory of rank %d is not a segment for %d processes", w, len(local))
+		}
+		o := &shmOut{ring: ringAt(seg, s.indexOf(me), s.cells), seg: seg, pid: pids[ix]}
+		s.out[w] = o
+		s.outs[ix] = o
+		s.in = append(s.in, shmIn{ring: ringAt(s.seg, ix, s.cells), world: w})
+	}
+	return nil
+}
+
+func (s *shmProvider) indexOf(me int) int {
+	for i, w := range s.local {
+		if w == me {
+			return i
+		}
+	}
+	return -1
+}
+
+// unlink removes our segment's name once every peer has mapped it.
+func (s *shmProvider) unlink() {
+	if s.path != "" {
+		os.Remove(s.path)
+		s.path = ""
+	}
+}
+
+func (s *shmProvider) name() string  { return "shm" }
+func (s *shmProvider) eagerMax() int { return shmEager }
+
+func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
+	o := s.out[peer]
+	n := uint64(s.cells)
+	if o.tail-o.cachedHead >= n {
+		o.cachedHead = o.ring.head.Load()
+		if o.tail-o.cachedHead >= n {
+			return false
+		}
+	}
+	c := o.ring.cell(o.tail, s.cells)
+	le := binary.LittleEndian
+	le.PutUint32(c[8:], h.kind)
+	le.PutUint32(c[12:], h.ctx)
+	le.PutUint32(c[16:], uint32(h.src))
+	le.PutUint32(c[20:], uint32(h.tag))
+	le.PutUint64(c[24:], h.size)
+	le.PutUint64(c[32:], h.id)
+	le.PutUint64(c[40:], h.addr)
+	copy(c[shmCellHeader:], payload)
+	o.tail++
+	atomic.StoreUint64(word(c, 0), o.tail) // publishes the cell
+	return true
+}
+
+func (s *shmProvider) poll(e *engine, budget int) int {
+	got := 0
+	n := len(s.in)
+	if n == 0 {
+		return 0
+	}
+	start := s.next
+	s.next++
+	if s.next >= n {
+		s.next = 0
+	}
+	le := binary.LittleEndian
+	var h hdr
+	for k := 0; k < n && got < budget; k++ {
+		i := start + k
+		if i >= n {
+			i -= n
+		}
+		in := &s.in[i]
+		// A few frames per ring per round, so one busy sender cannot
+		// starve the others.
+		for j := 0; j < 8 && got < budget; j++ {
+			c := in.ring.cell(in.head, s.cells)
+			if atomic.LoadUint64(word(c, 0)) != in.head+1 {
+				break
+			}
+			h.kind = le.Uint32(c[8:])
+			h.ctx = le.Uint32(c[12:])
+			h.src = int32(le.Uint32(c[16:]))
+			h.tag = int32(le.Uint32(c[20:]))
+			h.size = le.Uint64(c[24:])
+			h.id = le.Uint64(c[32:])
+			h.addr = le.Uint64(c[40:])
+			var payload []byte
+			if h.kind == frameEager {
+				payload = c[shmCellHeader : shmCellHeader+int(min(h.size, shmEager))]
+			}
+			e.deliver(in.world, &h, payload)
+			in.head++
+			in.ring.head.Store(in.head)
+			got++
+		}
+	}
+	return got
+}
+
+// read copies from the peer's address space with one process_vm_readv
+// per contiguous piece the kernel agrees to move.
+func (s *shmProvider) read(peer int, dst []byte, addr uint64) error {
+	o := s.out[peer]
+	for len(dst) > 0 {
+		s.liov[0] = unix.Iovec{Base: &dst[0]}
+		s.liov[0].SetLen(len(dst))
+		s.riov[0] = unix.RemoteIovec{Base: uintptr(addr), Len: len(dst)}
+		n, err := unix.ProcessVMReadv(o.pid, s.liov[:], s.riov[:], 0)
+		if err != nil {
+			if errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("process_vm_readv: %w", errPeerGone)
+			}
+			return os.NewSyscallError("process_vm_readv", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("process_vm_readv moved nothing: %w", errPeerGone)
+		}
+		dst = dst[n:]
+		addr += uint64(n)
+	}
+	return nil
+}
+
+func (s *shmProvider) closed(peer int) bool {
+	o := s.out[peer]
+	return o != nil && atomic.LoadUint64(word(o.seg, segClosed)) == 1
+}
+
+// markClosed tells the peers that this process shut down on purpose.
+func (s *shmProvider) markClosed() {
+	if s.seg != nil {
+		atomic.StoreUint64(word(s.seg, segClosed), 1)
+	}
+}
+
+func (s *shmProvider) close() error {
+	s.unlink()
+	for _, o := range s.out {
+		unix.Munmap(o.seg)
+	}
+	s.out, s.outs, s.in = nil, nil, nil
+	if s.seg != nil {
+		unix.Munmap(s.seg)
+		s.seg = nil
+	}
+	return nil
+}
+
+// sweepStaleSegments removes segments whose creator is dead: a process
+// killed between creating its segment and unlinking it.
+func sweepStaleSegments() {
+	names, _ := filepath.Glob("/dev/shm/rivet-*")
+	for _, n := range names {
+		m := segNameRE.FindStringSubmatch(n)
+		if m == nil {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if unix.Kill(pid, 0) == unix.ESRCH {
+			os.Remove(n)
+		}
+	}
+}
