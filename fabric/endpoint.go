@@ -16,6 +16,9 @@ import (
 
 var randRead = rand.Read
 
+// testHookBeforeUnlink lets tests die at the worst moment for cleanup.
+var testHookBeforeUnlink func(*Endpoint)
+
 // Endpoint is this process's place in a job: its bootstrap, providers and
 // matching engine, and the world and self communicators.
 type Endpoint struct {
@@ -170,6 +173,9 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 func (ep *Endpoint) unlinkWhenMapped(ctx context.Context) error {
 	if ep.shm == nil {
 		return nil
+	}
+	if testHookBeforeUnlink != nil {
+		testHookBeforeUnlink(ep)
 	}
 	w := ep.world
 	var reqs []*Request

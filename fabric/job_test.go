@@ -19,6 +19,9 @@ const progEnv = "RIVET_FABRIC_PROG"
 
 var progs = map[string]func(ctx context.Context, ep *Endpoint) error{}
 
+// preInit runs before Init in a program's processes.
+var preInit = map[string]func(){}
+
 // failf ends a program with an error; runProg turns the panic back into one.
 type progFailure struct{ error }
 
@@ -33,6 +36,9 @@ func must(err error, what string) {
 func runProg(name string) (status int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
+	if h := preInit[name]; h != nil {
+		h()
+	}
 	ep, err := Init(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)

@@ -1,6 +1,6 @@
 // Command rivet is Rivet's command-line tool: it shows RDMA devices, manages
 // soft-RoCE links, watches link and port events, and runs perftest-style
-// benchmarks.
+// and OSU-style benchmarks.
 package main
 
 import (
@@ -22,6 +22,9 @@ Commands:
   perf <test> [flags] [server]
                            perftest-style latency and bandwidth tests:
                            write_lat read_lat atomic_lat send_lat write_bw read_bw
+  bench [-np N] [test] [OSU options]
+                           OSU Micro-Benchmarks (osu_latency osu_bw osu_bibw)
+                           over the fabric; launches N=2 ranks if run alone
 
 Run "rivet <command> -h" for a command's flags.
 `
@@ -48,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = eventsCmd(ctx, args[1:], stdout, stderr)
 	case "perf":
 		err = perfCmd(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = benchCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

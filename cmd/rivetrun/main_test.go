@@ -122,3 +122,19 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("missing program: %d %q", st, errs)
 	}
 }
+
+// TestFT: with -ft a dead rank does not stop the job, and the others read
+// which rank died on fd 4.
+func TestFT(t *testing.T) {
+	out, errs, st := rivetrun(t, "-n", "2", "-ft", "-tag-output", "sh", "-c",
+		`if [ "$PMI_RANK" = 1 ]; then kill -9 $$; fi; read line <&$RIVET_FT_FD; echo "got: $line"`)
+	if st != 137 {
+		t.Fatalf("status %d, want 137\n%s\n%s", st, out, errs)
+	}
+	if !strings.Contains(out, "[0] got: failed rank=1 status=137 time=") {
+		t.Errorf("rank 0 was not told:\n%s\n%s", out, errs)
+	}
+	if !strings.Contains(errs, "rank 1 was killed by signal 9 (killed); the others go on (-ft)") {
+		t.Errorf("stderr:\n%s", errs)
+	}
+}

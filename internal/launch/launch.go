@@ -118,7 +118,7 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	for r := 0; r < j.N; r++ {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			fmt.Fprintf(j.Stderr, "rivetrun: socketpair: %v\n", err)
+			j.logf("rivetrun: socketpair: %v\n", err)
 			j.stop(syscall.SIGKILL)
 			return 1
 		}
@@ -133,7 +133,7 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 		if j.FT {
 			pr, pw, err := os.Pipe()
 			if err != nil {
-				fmt.Fprintf(j.Stderr, "rivetrun: pipe: %v\n", err)
+				j.logf("rivetrun: pipe: %v\n", err)
 				j.stop(syscall.SIGKILL)
 				return 1
 			}
@@ -156,7 +156,7 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 			ftChild.Close()
 		}
 		if err != nil {
-			fmt.Fprintf(j.Stderr, "rivetrun: starting rank %d: %v\n", r, err)
+			j.logf("rivetrun: starting rank %d: %v\n", r, err)
 			ours.Close()
 			j.stop(syscall.SIGKILL)
 			return 127
@@ -204,11 +204,11 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 				if status == 0 {
 					status = e.status
 				}
-				fmt.Fprintf(j.Stderr, "rivetrun: rank %d %s; the others go on (-ft)\n", e.rank, describe(e))
+				j.logf("rivetrun: rank %d %s; the others go on (-ft)\n", e.rank, describe(e))
 				continue
 			}
 			stopping, status = true, e.status
-			fmt.Fprintf(j.Stderr, "rivetrun: rank %d %s; stopping the other ranks\n", e.rank, describe(e))
+			j.logf("rivetrun: rank %d %s; stopping the other ranks\n", e.rank, describe(e))
 			j.stop(syscall.SIGTERM)
 			go func() {
 				time.Sleep(j.Grace)
@@ -317,4 +317,11 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// logf writes one launcher message, between whole lines of the ranks'.
+func (j *job) logf(format string, args ...any) {
+	j.outMu.Lock()
+	defer j.outMu.Unlock()
+	fmt.Fprintf(j.Stderr, format, args...)
 }

@@ -1,0 +1,189 @@
+// Package osu is Rivet's port of the OSU Micro-Benchmarks: the same
+// measurements, options and output, byte for byte, as OSU 7.4's MPI
+// benchmarks, run over a fabric communicator. Rank 0 prints.
+package osu
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Version is the OSU Micro-Benchmarks release whose output this matches.
+const Version = "7.4"
+
+// Options are OSU's options for point-to-point benchmarks.
+type Options struct {
+	MinSize     int // -m MIN:
+	MaxSize     int // -m :MAX
+	Iterations  int // -i, messages up to 8 KiB
+	Warmup      int // -x, messages up to 8 KiB
+	IterLarge   int // -i, messages over 8 KiB
+	WarmupLarge int // -x, messages over 8 KiB
+	Window      int // -W, bandwidth tests
+}
+
+// largeMessage is OSU's LARGE_MESSAGE_SIZE: longer messages use the
+// large iteration counts.
+const largeMessage = 8192
+
+// ErrUsage is wrapped by errors about a benchmark's arguments.
+var ErrUsage = errors.New("osu: bad usage")
+
+// Benchmark is one OSU benchmark.
+type Benchmark struct {
+	Name     string
+	Title    string
+	Defaults Options
+	kind     int
+}
+
+const (
+	kindLatency = iota
+	kindBW
+	kindBiBW
+)
+
+// Benchmarks are the point-to-point benchmarks Rivet has, by OSU name.
+var Benchmarks = []Benchmark{
+	{Name: "osu_latency", Title: "OSU MPI Latency Test", kind: kindLatency,
+		Defaults: Options{MinSize: 0, MaxSize: 1 << 22, Iterations: 10000, Warmup: 100, IterLarge: 1000, WarmupLarge: 10}},
+	{Name: "osu_bw", Title: "OSU MPI Bandwidth Test", kind: kindBW,
+		Defaults: Options{MinSize: 1, MaxSize: 1 << 22, Iterations: 100, Warmup: 10, IterLarge: 20, WarmupLarge: 2, Window: 64}},
+	{Name: "osu_bibw", Title: "OSU MPI Bi-Directional Bandwidth Test", kind: kindBiBW,
+		Defaults: Options{MinSize: 1, MaxSize: 1 << 22, Iterations: 100, Warmup: 10, IterLarge: 20, WarmupLarge: 2, Window: 64}},
+}
+
+// Lookup finds a benchmark by OSU name.
+func Lookup(name string) (Benchmark, bool) {
+	for _, b := range Benchmarks {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return Benchmark{}, false
+}
+
+// ParseArgs reads OSU's options for b: -m [MIN:]MAX, -i, -x, and -W for
+// the bandwidth tests. As in OSU, -i and -x set the small- and the
+// large-message counts alike.
+func (b Benchmark) ParseArgs(args []string, stderr io.Writer) (Options, error) {
+	o := b.Defaults
+	fs := flag.NewFlagSet(b.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sizes := fs.String("m", "", "message sizes `[MIN:]MAX` in bytes (e.g. 128, 2:128, 2:)")
+	iters := fs.Int("i", 0, "timed `iterations` per message size")
+	warm := fs.Int("x", -1, "warm-up `iterations` per message size")
+	var win *int
+	if b.kind != kindLatency {
+		win = fs.Int("W", 0, "`messages` in flight per iteration (window size)")
+	}
+	version := fs.Bool("v", false, "print the version")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	if *version {
+		return o, errVersion
+	}
+	if *sizes != "" {
+		lo, hi, err := parseSizes(*sizes, o.MinSize, o.MaxSize)
+		if err != nil {
+			return o, err
+		}
+		o.MinSize, o.MaxSize = lo, hi
+	}
+	if *iters < 0 {
+		return o, fmt.Errorf("%w: -i %d: iterations must be positive", ErrUsage, *iters)
+	}
+	if *iters > 0 {
+		o.Iterations, o.IterLarge = *iters, *iters
+	}
+	if *warm >= 0 {
+		o.Warmup, o.WarmupLarge = *warm, *warm
+	}
+	if win != nil && *win != 0 {
+		if *win < 1 {
+			return o, fmt.Errorf("%w: -W %d: the window must be at least 1", ErrUsage, *win)
+		}
+		o.Window = *win
+	}
+	return o, nil
+}
+
+var errVersion = errors.New("version")
+
+// IsVersion reports whether ParseArgs asked for the version only.
+func IsVersion(err error) bool { return errors.Is(err, errVersion) }
+
+func parseSizes(s string, lo, hi int) (int, int, error) {
+	bad := fmt.Errorf("%w: -m %q: want MAX, MIN:MAX or MIN:", ErrUsage, s)
+	a, b, colon := strings.Cut(s, ":")
+	var err error
+	if !colon {
+		if hi, err = strconv.Atoi(s); err != nil {
+			return 0, 0, bad
+		}
+	} else {
+		if a != "" {
+			if lo, err = strconv.Atoi(a); err != nil {
+				return 0, 0, bad
+			}
+		}
+		if b != "" {
+			if hi, err = strconv.Atoi(b); err != nil {
+				return 0, 0, bad
+			}
+		}
+	}
+	if lo < 0 || hi < lo || hi > 1<<30 {
+		return 0, 0, fmt.Errorf("%w: -m %q: sizes must satisfy 0 ≤ MIN ≤ MAX ≤ 1 GiB", ErrUsage, s)
+	}
+	return lo, hi, nil
+}
+
+// sizes lists the message sizes OSU visits: 0 (if in range), then powers
+// of two from 1.
+func (o Options) sizes() []int {
+	var out []int
+	if o.MinSize == 0 {
+		out = append(out, 0)
+	}
+	for s := 1; s <= o.MaxSize; s *= 2 {
+		if s >= o.MinSize {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (o Options) counts(size int) (iters, warmup int) {
+	if size > largeMessage {
+		return o.IterLarge, o.WarmupLarge
+	}
+	return o.Iterations, o.Warmup
+}
+
+// Header writes OSU's preamble for b.
+func (b Benchmark) Header(w io.Writer) {
+	col := "Avg Latency(us)"
+	if b.kind != kindLatency {
+		col = "Bandwidth (MB/s)"
+	}
+	fmt.Fprintf(w, "\n# %s v%s\n# Datatype: MPI_CHAR.\n%-*s%*s\n", b.Title, Version, 10, "# Size", fieldWidth, col)
+}
+
+// fieldWidth is the width of OSU 7.4's point-to-point value columns.
+const fieldWidth = 18
+
+func row(w io.Writer, size int, v float64) {
+	fmt.Fprintf(w, "%-*d%*.*f\n", 10, size, fieldWidth, 2, v)
+}

@@ -1,0 +1,160 @@
+package osu
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/rivet-hpc/rivet/fabric"
+)
+
+// Run runs b between ranks 0 and 1 of c (other ranks wait), printing on
+// rank 0 to w.
+func (b Benchmark) Run(ctx context.Context, c *fabric.Comm, o Options, w io.Writer) error {
+	if c.Size() < 2 {
+		return fmt.Errorf("%s: this test requires at least two processes (have %d)", b.Name, c.Size())
+	}
+	if c.Rank() == 0 {
+		b.Header(w)
+	}
+	if c.Rank() > 1 {
+		return nil
+	}
+	sbuf := make([]byte, o.MaxSize)
+	rbuf := make([]byte, o.MaxSize)
+	for i := range sbuf {
+		sbuf[i] = 'a'
+	}
+	for _, size := range o.sizes() {
+		iters, warm := o.counts(size)
+		var v float64
+		var err error
+		switch b.kind {
+		case kindLatency:
+			v, err = latency(ctx, c, sbuf[:size], rbuf[:size], iters, warm)
+		case kindBW:
+			v, err = bandwidth(ctx, c, sbuf[:size], rbuf[:size], iters, warm, o.Window)
+		case kindBiBW:
+			v, err = biBandwidth(ctx, c, sbuf[:size], rbuf[:size], iters, warm, o.Window)
+		}
+		if err != nil {
+			return fmt.Errorf("%s at %d bytes: %w", b.Name, size, err)
+		}
+		if c.Rank() == 0 {
+			row(w, size, v)
+		}
+	}
+	return nil
+}
+
+// latency is osu_latency: a blocking ping-pong; one-way time in µs.
+func latency(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm int) (float64, error) {
+	if err := pairBarrier(ctx, c); err != nil {
+		return 0, err
+	}
+	var start time.Time
+	for i := 0; i < iters+warm; i++ {
+		if i == warm {
+			start = time.Now()
+		}
+		if c.Rank() == 0 {
+			if err := c.Send(ctx, s, 1, 1); err != nil {
+				return 0, err
+			}
+			if _, err := c.Recv(ctx, r, 1, 1); err != nil {
+				return 0, err
+			}
+		} else {
+			if _, err := c.Recv(ctx, r, 0, 1); err != nil {
+				return 0, err
+			}
+			if err := c.Send(ctx, s, 0, 1); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return time.Since(start).Seconds() * 1e6 / float64(2*iters), nil
+}
+
+// bandwidth is osu_bw: windows of nonblocking sends, each answered by a
+// short acknowledgement; MB/s (10^6 bytes).
+func bandwidth(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm, window int) (float64, error) {
+	reqs := make([]*fabric.Request, window)
+	ack := make([]byte, 4)
+	if err := pairBarrier(ctx, c); err != nil {
+		return 0, err
+	}
+	var start time.Time
+	var err error
+	for i := 0; i < iters+warm; i++ {
+		if i == warm {
+			start = time.Now()
+		}
+		if c.Rank() == 0 {
+			for j := range reqs {
+				if reqs[j], err = c.Isend(s, 1, 100); err != nil {
+					return 0, err
+				}
+			}
+			if err := fabric.WaitAll(ctx, reqs...); err != nil {
+				return 0, err
+			}
+			if _, err := c.Recv(ctx, ack, 1, 101); err != nil {
+				return 0, err
+			}
+		} else {
+			for j := range reqs {
+				if reqs[j], err = c.Irecv(r, 0, 100); err != nil {
+					return 0, err
+				}
+			}
+			if err := fabric.WaitAll(ctx, reqs...); err != nil {
+				return 0, err
+			}
+			if err := c.Send(ctx, ack, 0, 101); err != nil {
+				return 0, err
+			}
+		}
+	}
+	t := time.Since(start).Seconds()
+	return float64(len(s)) / 1e6 * float64(iters*window) / t, nil
+}
+
+// biBandwidth is osu_bibw: both ranks send a window to each other at once.
+func biBandwidth(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm, window int) (float64, error) {
+	reqs := make([]*fabric.Request, 2*window)
+	peer := 1 - c.Rank()
+	if err := pairBarrier(ctx, c); err != nil {
+		return 0, err
+	}
+	var start time.Time
+	var err error
+	for i := 0; i < iters+warm; i++ {
+		if i == warm {
+			start = time.Now()
+		}
+		for j := 0; j < window; j++ {
+			if reqs[j], err = c.Irecv(r, peer, 10); err != nil {
+				return 0, err
+			}
+		}
+		for j := 0; j < window; j++ {
+			if reqs[window+j], err = c.Isend(s, peer, 10); err != nil {
+				return 0, err
+			}
+		}
+		if err := fabric.WaitAll(ctx, reqs...); err != nil {
+			return 0, err
+		}
+	}
+	t := time.Since(start).Seconds()
+	return float64(len(s)) / 1e6 * float64(iters*window) * 2 / t, nil
+}
+
+// pairBarrier lines ranks 0 and 1 up before a timed loop.
+func pairBarrier(ctx context.Context, c *fabric.Comm) error {
+	peer := 1 - c.Rank()
+	_, err := c.Sendrecv(ctx, nil, peer, 77, nil, peer, 77)
+	return err
+}

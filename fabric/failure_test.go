@@ -1,0 +1,207 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	progs["kill"] = progKill
+	progs["crash"] = progCrash
+	progs["dieearly"] = func(context.Context, *Endpoint) error { return nil }
+	preInit["dieearly"] = func() {
+		testHookBeforeUnlink = func(ep *Endpoint) {
+			if ep.rank == 1 {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+// progKill: rank 2 tells rank 0 the time and SIGKILLs itself, with rank
+// 0 blocked in a receive from it and rank 1 in a rendezvous send to it.
+// Both get a PeerError matching ErrProcFailed, promptly, and still talk
+// to each other.
+func progKill(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	switch w.Rank() {
+	case 2:
+		now := time.Now().UnixNano()
+		must(w.Send(ctx, []byte(strconv.FormatInt(now, 10)), 0, 1), "send time")
+		time.Sleep(20 * time.Millisecond) // rank 1's request to send reaches us
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	case 0:
+		buf := make([]byte, 32)
+		st, err := w.Recv(ctx, buf, 2, 1)
+		must(err, "recv time")
+		sent, _ := strconv.ParseInt(string(buf[:st.Count]), 10, 64)
+		_, err = w.Recv(ctx, buf, 2, 2)
+		took := time.Since(time.Unix(0, sent))
+		var pe *PeerError
+		if !errors.Is(err, ErrProcFailed) || !errors.As(err, &pe) || pe.Rank != 2 {
+			failf("receive from the killed rank: %v", err)
+		}
+		fmt.Printf("receive failed %v after the kill: %v\n", took.Round(time.Microsecond), err)
+		if took > 2*time.Second {
+			failf("the failure took %v to notice", took)
+		}
+		if _, err := w.Recv(ctx, buf, AnySource, 3); !errors.Is(err, ErrProcFailedPending) {
+			failf("receive from AnySource with a failed member: %v", err)
+		}
+		if f := ep.Failed(); !slices.Equal(f, []int{2}) {
+			failf("Failed() = %v", f)
+		}
+	case 1:
+		err := w.Send(ctx, make([]byte, 1<<20), 2, 2)
+		if !errors.Is(err, ErrProcFailed) {
+			failf("rendezvous send to the killed rank: %v", err)
+		}
+	}
+	// The survivors still talk.
+	peer := 1 - w.Rank()
+	got := make([]byte, 1)
+	if _, err := w.Sendrecv(ctx, []byte{byte(w.Rank())}, peer, 9, got, peer, 9); err != nil || int(got[0]) != peer {
+		failf("survivors: %v", err)
+	}
+	return nil
+}
+
+func TestPeerKilled(t *testing.T) {
+	out, errs, st := runJob(t, 3, "kill", true)
+	if st != 128+9 {
+		t.Fatalf("status %d, want 137 (rank 2 killed)\n%s\n%s", st, out, errs)
+	}
+	for r := 0; r < 2; r++ {
+		if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+			t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
+		}
+	}
+	if m := regexp.MustCompile(`receive failed (\S+) after the kill`).FindStringSubmatch(out); m != nil {
+		t.Logf("rank 0 noticed the failure %s after rank 2's last message", m[1])
+	}
+	if !strings.Contains(errs, "rank 2 was killed by signal 9") {
+		t.Errorf("rivetrun did not report the failure:\n%s", errs)
+	}
+}
+
+// progCrash: rank 1 dies mid-job, without -ft, while rank 0 waits.
+func progCrash(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	if w.Rank() == 1 {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	_, err := w.Recv(ctx, make([]byte, 1), 1, 0)
+	return err
+}
+
+func shmFiles(t *testing.T) []string {
+	names, err := filepath.Glob("/dev/shm/rivet-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// TestSegmentsGoneAfterCrash: whether a rank dies after start-up or
+// between creating its segment and unlinking it, nothing is left in
+// /dev/shm once the job is over.
+func TestSegmentsGoneAfterCrash(t *testing.T) {
+	before := shmFiles(t)
+	for _, prog := range []string{"crash", "dieearly"} {
+		out, errs, st := runJob(t, 3, prog, false)
+		if st == 0 {
+			t.Fatalf("%s: the job succeeded\n%s\n%s", prog, out, errs)
+		}
+		if left := shmFiles(t); len(left) > len(before) {
+			t.Errorf("%s: left behind %v\n%s", prog, left, errs)
+		}
+	}
+}
+
+// TestStaleSegmentSweep: a segment whose creator is dead is removed by
+// the next job's start-up; a live one is not.
+func TestStaleSegmentSweep(t *testing.T) {
+	dead := exec0(t)
+	deadPath := fmt.Sprintf("/dev/shm/rivet-test-r0-p%d-00ff", dead)
+	livePath := fmt.Sprintf("/dev/shm/rivet-test-r0-p%d-00ff", os.Getpid())
+	for _, p := range []string{deadPath, livePath} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(p)
+	}
+	s, err := newShmSegment("rivet-test", 0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(s.path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("segment %s: %v, mode %v (want 0600)", s.path, err, fi.Mode())
+	}
+	s.close()
+	if _, err := os.Stat(deadPath); !os.IsNotExist(err) {
+		t.Errorf("a dead process's segment survived: %v", err)
+	}
+	if _, err := os.Stat(livePath); err != nil {
+		t.Errorf("a live process's segment was removed: %v", err)
+	}
+	if _, err := os.Stat(s.path); !os.IsNotExist(err) {
+		t.Errorf("close left the segment: %v", err)
+	}
+}
+
+// exec0 returns the pid of a process that has exited and been reaped.
+func exec0(t *testing.T) int {
+	var attr syscall.ProcAttr
+	pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws syscall.WaitStatus
+	syscall.Wait4(pid, &ws, 0, nil)
+	return pid
+}
+
+// TestLauncherNotice: rivetrun -ft's notices mark ranks failed and fail
+// the receives that waited on them.
+func TestLauncherNotice(t *testing.T) {
+	e := newEngine(0, 3)
+	ep := &Endpoint{e: e, rank: 0, size: 3}
+	c := newComm(ep, 0, allRanks(3))
+	r := &Request{e: e}
+	e.mu.Lock()
+	c.postRecv(r, make([]byte, 4), 2, 0, 0)
+	e.mu.Unlock()
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	rd, wr := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+	done := make(chan struct{})
+	go func() { watchLauncher(e, rd); close(done) }()
+	fmt.Fprintf(wr, "garbage line\nfailed rank=2 status=137 time=%d\n", time.Now().UnixNano())
+	wr.Close()
+	<-done
+	rd.Close()
+	_, err := r.Wait(context.Background())
+	var pe *PeerError
+	if !errors.Is(err, ErrProcFailed) || !errors.As(err, &pe) || pe.Rank != 2 || !strings.Contains(err.Error(), "signal 9") {
+		t.Fatalf("receive from the failed rank: %v", err)
+	}
+	if f := ep.Failed(); !slices.Equal(f, []int{2}) {
+		t.Errorf("Failed() = %v", f)
+	}
+}
