@@ -30,7 +30,7 @@ type Bootstrap interface {
 	// Get reads what rank put under key before the last Fence.
 	Get(ctx context.Context, rank int, key string) ([]byte, error)
 	// Launcher names what started the job, for logs: "pmi-2", "pmi-1",
-	// "torchrun", "singleton".
+	// "slurm", "torchrun", "singleton".
 	Launcher() string
 	Close() error
 }
@@ -41,7 +41,9 @@ var ErrNoSecret = errors.New("fabric: RIVET_JOB_SECRET is not set")
 
 // DetectBootstrap finds the job this process belongs to, in this order:
 // PMI-2/PMI-1 over PMI_FD or PMI_PORT (Hydra's mpiexec, srun --mpi=pmi2,
-// rivetrun); torchrun-style RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
+// rivetrun); a Slurm step without PMI (SLURM_PROCID, SLURM_NTASKS and the
+// step's nodelist: rank 0 hosts the store on the first node);
+// torchrun-style RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
 // meeting at a store that rank 0 hosts and that admits only holders of
 // RIVET_JOB_SECRET; otherwise a singleton job of size 1.
 func DetectBootstrap(ctx context.Context) (Bootstrap, error) {
@@ -51,6 +53,9 @@ func DetectBootstrap(ctx context.Context) (Bootstrap, error) {
 		return &pmiBootstrap{c: c}, nil
 	case !errors.Is(err, pmi.ErrNoLauncher):
 		return nil, fmt.Errorf("fabric: bootstrap over PMI: %w", err)
+	}
+	if haveSlurm() {
+		return slurmBootstrap(ctx)
 	}
 	if os.Getenv("RANK") != "" && os.Getenv("WORLD_SIZE") != "" {
 		return torchrunBootstrap(ctx)

@@ -104,7 +104,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(k, "PMI_"), k == "RANK", k == "WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT", k == "RIVET_JOB_SECRET":
+		case strings.HasPrefix(k, "PMI_"), strings.HasPrefix(k, "SLURM_"), k == "RANK", k == "WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT", k == "RIVET_JOB_SECRET":
 			continue
 		}
 		env = append(env, kv)
@@ -185,6 +185,55 @@ func TestTorchrunStyle(t *testing.T) {
 	}
 	wg.Wait()
 	checkRanks(t, all.String(), 4, "torchrun")
+}
+
+// TestSlurmWithoutPMI starts four processes as srun --mpi=none would;
+// they meet at rank 0's store on the first node of the nodelist.
+func TestSlurmWithoutPMI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := freePort(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var all strings.Builder
+	for r := 0; r < 4; r++ {
+		cmd := childCmd(ctx, t, os.Args[0])
+		cmd.Env = append(cmd.Env, "SLURM_PROCID="+strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_JOB_ID=4242",
+			"SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=localhost,nid[001-003]", "RIVET_RENDEZVOUS_PORT="+port,
+			"RIVET_JOB_SECRET=slurm-secret")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := cmd.CombinedOutput()
+			mu.Lock()
+			defer mu.Unlock()
+			all.Write(out)
+			if err != nil {
+				t.Errorf("rank %d: %v\n%s", r, err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	checkRanks(t, all.String(), 4, "slurm")
+}
+
+func TestHostlist(t *testing.T) {
+	for in, want := range map[string]string{
+		"nid[001-003,010],login1": "nid001 nid002 nid003 nid010 login1",
+		"a[1-2]b[08-09]":          "a1b08 a1b09 a2b08 a2b09",
+		"node7":                   "node7",
+		"gpu[9-11]-ib":            "gpu9-ib gpu10-ib gpu11-ib",
+	} {
+		got, err := ParseHostlist(in)
+		if err != nil || strings.Join(got, " ") != want {
+			t.Errorf("%q: %v %v, want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "a[1-", "a[3-1]", "a]", "a[x]"} {
+		if _, err := ParseHostlist(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
 }
 
 // TestStoreSecret: a process without the secret, or claiming a rank that

@@ -36,6 +36,7 @@ type engine struct {
 	health   *health
 	lastScan time.Time
 	closed   bool
+	fin      hdr // a FIN being sent; here so that it does not escape to the heap
 }
 
 // umsg is an unexpected message: arrived before its receive was posted.
@@ -136,7 +137,8 @@ func (e *engine) receive(r *Request, peer int, h *hdr, payload []byte) {
 			}
 		}
 		if err == nil || errors.Is(err, ErrTruncated) {
-			e.sendCtl(peer, &hdr{kind: frameFIN, id: h.id})
+			e.fin = hdr{kind: frameFIN, id: h.id}
+			e.sendCtl(peer, &e.fin)
 		}
 	}
 	r.status = Status{Source: int(h.src), Tag: int(h.tag), Count: n}

@@ -60,16 +60,17 @@ func joinStore(ctx context.Context, addr string, rank, size int, secret string) 
 		}
 		return nil, fmt.Errorf("fabric: joining the store: %w", err)
 	}
-	b := &storeBootstrap{pmiBootstrap{c: c}, srv}
+	b := &storeBootstrap{pmiBootstrap: pmiBootstrap{c: c}, srv: srv, launcher: "torchrun"}
 	return b, nil
 }
 
 type storeBootstrap struct {
 	pmiBootstrap
-	srv *storeServer // rank 0 only
+	srv      *storeServer // rank 0 only
+	launcher string
 }
 
-func (b *storeBootstrap) Launcher() string { return "torchrun" }
+func (b *storeBootstrap) Launcher() string { return b.launcher }
 
 // Close finalizes; on rank 0 it then waits (a while) for the other ranks
 // to finish with the store before closing it.

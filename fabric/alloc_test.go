@@ -1,0 +1,52 @@
+package fabric
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+func init() { progs["allocs"] = progAllocs }
+
+// progAllocs: a blocking ping-pong allocates nothing in steady state,
+// eager or rendezvous.
+func progAllocs(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	const runs = 2000
+	for _, size := range []int{8, 64 << 10} {
+		s, r := make([]byte, size), make([]byte, size)
+		if w.Rank() == 1 {
+			for i := 0; i < runs+1; i++ {
+				if _, err := w.Recv(ctx, r, 0, 1); err != nil {
+					return err
+				}
+				if err := w.Send(ctx, s, 0, 1); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		var err error
+		allocs := testing.AllocsPerRun(runs, func() {
+			if err == nil {
+				err = w.Send(ctx, s, 1, 1)
+			}
+			if err == nil {
+				_, err = w.Recv(ctx, r, 1, 1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%d-byte ping-pong: %v allocations\n", size, allocs)
+		if allocs != 0 {
+			failf("a %d-byte Send+Recv allocates %v times", size, allocs)
+		}
+	}
+	return nil
+}
+
+func TestSendRecvAllocateNothing(t *testing.T) {
+	out := runOK(t, 2, "allocs")
+	t.Log(out)
+}
