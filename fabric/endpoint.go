@@ -56,6 +56,9 @@ func Init(ctx context.Context) (*Endpoint, error) {
 
 // InitWith is Init over a bootstrap the caller made.
 func InitWith(ctx context.Context, b Bootstrap) (*Endpoint, error) {
+	if err := bindFromEnv(); err != nil {
+		return nil, err
+	}
 	ep := &Endpoint{boot: b, rank: b.Rank(), size: b.Size()}
 	ep.e = newEngine(ep.rank, ep.size)
 	for i := range ep.ids {

@@ -515,3 +515,38 @@ func (s *selfProvider) poll(e *engine, budget int) int {
 func (s *selfProvider) read(int, []byte, uint64) error { return errors.New("fabric: internal: self read") }
 func (s *selfProvider) closed(int) bool              { return false }
 func (s *selfProvider) close() error                 { return nil }
+
+// Progress makes progress on this endpoint's communication until ctx
+// ends: run it in a goroutine (go ep.Progress(ctx)) to let nonblocking
+// operations and incoming traffic move while this process computes
+// outside the fabric. It is optional — every call makes progress itself —
+// and it backs off when idle: it spins briefly, then yields, then sleeps
+// up to 50 µs between polls.
+func (ep *Endpoint) Progress(ctx context.Context) error {
+	e := ep.e
+	done := ctx.Done()
+	idle := 0
+	for {
+		select {
+		case <-done:
+			return ctx.Err()
+		default:
+		}
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return ErrClosed
+		}
+		n := e.progress()
+		if idle&127 == 127 {
+			e.scan(nil)
+		}
+		e.mu.Unlock()
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		idle++
+		backoff(idle)
+	}
+}

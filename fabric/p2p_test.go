@@ -337,3 +337,39 @@ func progBadInput(ctx context.Context, ep *Endpoint) error {
 }
 
 func TestBadInput(t *testing.T) { runOK(t, 2, "badinput") }
+
+func init() { progs["progress"] = progProgress }
+
+// progProgress: with a progress goroutine, rank 0's endpoint drains 200
+// sends of 16 KiB (three rings' worth) while its main goroutine sleeps,
+// so rank 1's blocking sends finish long before rank 0 wakes.
+func progProgress(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	const sleep = 2 * time.Second
+	if w.Rank() == 0 {
+		pctx, stop := context.WithCancel(ctx)
+		go ep.Progress(pctx)
+		time.Sleep(sleep)
+		stop()
+		buf := make([]byte, shmEager)
+		for i := 0; i < 200; i++ {
+			_, err := w.Recv(ctx, buf, 1, 1)
+			must(err, "recv")
+		}
+		st, err := w.Recv(ctx, buf, 1, 2)
+		must(err, "recv time")
+		took, _ := time.ParseDuration(string(buf[:st.Count]))
+		fmt.Printf("rank 1's sends took %v while rank 0 slept %v\n", took, sleep)
+		if took > sleep/2 {
+			failf("the progress goroutine did not drain: rank 1 took %v", took)
+		}
+		return nil
+	}
+	t0 := time.Now()
+	for i := 0; i < 200; i++ {
+		must(w.Send(ctx, make([]byte, shmEager), 0, 1), "send")
+	}
+	return w.Send(ctx, []byte(time.Since(t0).String()), 0, 2)
+}
+
+func TestProgressGoroutine(t *testing.T) { t.Log(runOK(t, 2, "progress")) }

@@ -4,7 +4,7 @@
  * format as Rivet's bench/osu), written against MPI and built with
  * Debian's Open MPI (mpicc.openmpi). bench/shm-vs-ompi.sh runs both.
  *
- *   osu_pt2pt latency|bw [-m MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
+ *   osu_pt2pt latency|bw [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -12,11 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
-static void run_latency(int rank, char *s, char *r, int max, int iters, int warm, int iters_large, int warm_large)
+static void run_latency(int rank, char *s, char *r, int min, int max, int iters, int warm, int iters_large, int warm_large)
 {
     if (rank == 0)
         printf("\n# OSU MPI Latency Test v7.4\n# Datatype: MPI_CHAR.\n%-10s%18s\n", "# Size", "Avg Latency(us)");
     for (int size = 0; size <= max; size = size ? size * 2 : 1) {
+        if (size < min)
+            continue;
         int n = size > 8192 ? iters_large : iters, w = size > 8192 ? warm_large : warm;
         double t0 = 0;
         MPI_Barrier(MPI_COMM_WORLD);
@@ -37,13 +39,15 @@ static void run_latency(int rank, char *s, char *r, int max, int iters, int warm
     }
 }
 
-static void run_bw(int rank, char *s, char *r, int max, int iters, int warm, int iters_large, int warm_large, int window)
+static void run_bw(int rank, char *s, char *r, int min, int max, int iters, int warm, int iters_large, int warm_large, int window)
 {
     MPI_Request *reqs = malloc(sizeof(MPI_Request) * window);
     char ack[4];
     if (rank == 0)
         printf("\n# OSU MPI Bandwidth Test v7.4\n# Datatype: MPI_CHAR.\n%-10s%18s\n", "# Size", "Bandwidth (MB/s)");
     for (int size = 1; size <= max; size *= 2) {
+        if (size < min)
+            continue;
         int n = size > 8192 ? iters_large : iters, w = size > 8192 ? warm_large : warm;
         double t0 = 0;
         MPI_Barrier(MPI_COMM_WORLD);
@@ -72,7 +76,7 @@ static void run_bw(int rank, char *s, char *r, int max, int iters, int warm, int
 
 int main(int argc, char **argv)
 {
-    int rank, nprocs, max = 1 << 22, iters = -1, warm = -1, window = 64, opt;
+    int rank, nprocs, min = 0, max = 1 << 22, iters = -1, warm = -1, window = 64, opt;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
@@ -86,7 +90,14 @@ int main(int argc, char **argv)
     optind = 2;
     while ((opt = getopt(argc, argv, "m:i:x:W:")) != -1) {
         switch (opt) {
-        case 'm': max = atoi(optarg); break;
+        case 'm':
+            if (strchr(optarg, ':')) {
+                min = atoi(optarg);
+                max = atoi(strchr(optarg, ':') + 1);
+            } else {
+                max = atoi(optarg);
+            }
+            break;
         case 'i': iters = atoi(optarg); break;
         case 'x': warm = atoi(optarg); break;
         case 'W': window = atoi(optarg); break;
@@ -97,10 +108,10 @@ int main(int argc, char **argv)
     memset(s, 'a', max + 1);
     memset(r, 'b', max + 1);
     if (strcmp(test, "latency") == 0) {
-        run_latency(rank, s, r, max, iters > 0 ? iters : 10000, warm >= 0 ? warm : 100,
+        run_latency(rank, s, r, min, max, iters > 0 ? iters : 10000, warm >= 0 ? warm : 100,
                     iters > 0 ? iters : 1000, warm >= 0 ? warm : 10);
     } else {
-        run_bw(rank, s, r, max, iters > 0 ? iters : 100, warm >= 0 ? warm : 10,
+        run_bw(rank, s, r, min, max, iters > 0 ? iters : 100, warm >= 0 ? warm : 10,
                iters > 0 ? iters : 20, warm >= 0 ? warm : 2, window);
     }
     free(s);

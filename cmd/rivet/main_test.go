@@ -18,7 +18,7 @@ import (
 // TestMain lets the test binary act as the rivet command, so tests can run
 // the real binary (under setpriv, say) without compiling it in the VM.
 func TestMain(m *testing.M) {
-	if os.Getenv("RIVET_TEST_AS_CLI") == "1" {
+	if os.Getenv("RIVET_TEST_AS_CLI") == "1" || os.Getenv(benchChildEnv) != "" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -302,4 +302,26 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestHostBench: run alone, rivet bench launches two ranks of itself on
+// shared memory and prints OSU's tables.
+func TestHostBench(t *testing.T) {
+	out, errs, st := rivet("bench", "osu_latency", "-m", "1024", "-i", "100", "-x", "10")
+	if st != 0 {
+		t.Fatalf("status %d\n%s\n%s", st, out, errs)
+	}
+	if !strings.HasPrefix(out, "\n# OSU MPI Latency Test v7.4\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n0   ") ||
+		!strings.Contains(out, "\n1024  ") {
+		t.Errorf("output:\n%s", out)
+	}
+	if !strings.Contains(errs, "rank 1 over shm") {
+		t.Errorf("stderr does not name the provider:\n%s", errs)
+	}
+	if _, _, st := rivet("bench", "osu_nope"); st != 2 {
+		t.Errorf("unknown benchmark: status %d", st)
+	}
+	if _, errs, st := rivet("bench", "osu_bw", "-m", "5:2"); st != 2 || !strings.Contains(errs, "MIN") {
+		t.Errorf("bad -m: status %d, %s", st, errs)
+	}
 }

@@ -11,6 +11,9 @@
 // stopped (SIGTERM, then SIGKILL after a grace period), as mpirun does, and
 // rivetrun exits with the failed process's status (128+N for signal N).
 //
+// With -bind-to core (the default when there are no more ranks than CPUs)
+// rank r is pinned to CPU r mod NumCPU, as mpirun's --bind-to core does.
+//
 // With -ft the job keeps running when a process dies: each live process
 // reads "failed rank=R status=S time=UNIXNANO" lines on fd 4 (named by
 // RIVET_FT_FD), which the fabric turns into per-peer failure knowledge.
@@ -25,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/rivet-hpc/rivet/internal/launch"
@@ -46,6 +50,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 0, "number of `processes`")
 	tag := fs.Bool("tag-output", false, "prefix every output line with [rank]")
 	ft := fs.Bool("ft", false, "keep the job running when a rank dies, and tell the others (fd 4, RIVET_FT_FD)")
+	bind := fs.String("bind-to", "auto", "pin rank r to CPU r mod NumCPU: `core`, none, or auto (core when N ≤ CPUs)")
 	grace := fs.Duration("grace", 3*time.Second, "after a failure, how long the others get to exit on SIGTERM before SIGKILL")
 	if err := fs.Parse(argv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -57,6 +62,17 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rivetrun: need -n N (N ≥ 1) and a program (see -h)")
 		return 2
 	}
-	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft,
+	bindOn := false
+	switch *bind {
+	case "core":
+		bindOn = true
+	case "auto":
+		bindOn = *n <= runtime.NumCPU()
+	case "none":
+	default:
+		fmt.Fprintf(stderr, "rivetrun: -bind-to %q: want core, none or auto\n", *bind)
+		return 2
+	}
+	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft, Bind: bindOn,
 		Stdout: stdout, Stderr: stderr}, fs.Args())
 }

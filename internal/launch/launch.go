@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,11 +36,14 @@ const (
 
 // Options describe a job.
 type Options struct {
-	N      int           // number of processes
-	Tag    bool          // prefix every output line with "[rank] "
-	Grace  time.Duration // after a failure, time given to SIGTERM before SIGKILL
-	FT     bool          // keep running when a rank dies and tell the others
-	Env    []string      // added to os.Environ() for every process
+	N     int           // number of processes
+	Tag   bool          // prefix every output line with "[rank] "
+	Grace time.Duration // after a failure, time given to SIGTERM before SIGKILL
+	FT    bool          // keep running when a rank dies and tell the others
+	// Bind pins rank r to CPU r mod NumCPU (through RIVET_CPU, which the
+	// fabric applies at Init), as mpirun's --bind-to core does.
+	Bind   bool
+	Env    []string // added to os.Environ() for every process
 	Stdout io.Writer
 	Stderr io.Writer
 }
@@ -130,6 +134,9 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 		cmd.Env = append(cmd.Env, "PMI_FD=3", "PMI_RANK="+strconv.Itoa(r),
 			"PMI_SIZE="+strconv.Itoa(j.N), "PMI_JOBID="+jobid)
 		var ftChild *os.File
+		if j.Bind {
+			cmd.Env = append(cmd.Env, "RIVET_CPU="+strconv.Itoa(r%runtime.NumCPU()))
+		}
 		if j.FT {
 			pr, pw, err := os.Pipe()
 			if err != nil {

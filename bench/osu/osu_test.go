@@ -1,0 +1,164 @@
+package osu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/launch"
+	"github.com/rivet-hpc/rivet/internal/testutil"
+)
+
+const progEnv = "RIVET_OSU_TEST_PROG"
+
+func TestMain(m *testing.M) {
+	if name := os.Getenv(progEnv); name != "" {
+		os.Exit(child(name))
+	}
+	os.Exit(m.Run())
+}
+
+// child runs one benchmark as a rank of a job the test launched.
+func child(name string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ep, err := fabric.Init(ctx)
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		return 1
+	}
+	defer ep.Close()
+	b, _ := Lookup(name)
+	o, err := b.ParseArgs(strings.Fields(os.Getenv("RIVET_OSU_TEST_ARGS")), io.Discard)
+	if err == nil {
+		err = b.Run(ctx, ep.World(), o, os.Stdout)
+	}
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		return 1
+	}
+	return 0
+}
+
+// The preambles, exactly as OSU 7.4 prints them.
+func TestHeaders(t *testing.T) {
+	for name, want := range map[string]string{
+		"osu_latency": "\n# OSU MPI Latency Test v7.4\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n",
+		"osu_bw":      "\n# OSU MPI Bandwidth Test v7.4\n# Datatype: MPI_CHAR.\n# Size      Bandwidth (MB/s)\n",
+		"osu_bibw":    "\n# OSU MPI Bi-Directional Bandwidth Test v7.4\n# Datatype: MPI_CHAR.\n# Size      Bandwidth (MB/s)\n",
+	} {
+		b, ok := Lookup(name)
+		if !ok {
+			t.Fatalf("no %s", name)
+		}
+		var buf bytes.Buffer
+		b.Header(&buf)
+		if buf.String() != want {
+			t.Errorf("%s header:\n%q\nwant\n%q", name, buf.String(), want)
+		}
+	}
+	var buf bytes.Buffer
+	// Two rows of a real OSU 7.4 osu_bw run.
+	row(&buf, 1, 2.32)
+	row(&buf, 4194304, 27161.33)
+	if want := "1                       2.32\n4194304             27161.33\n"; buf.String() != want {
+		t.Errorf("rows %q, want %q", buf.String(), want)
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	lat, _ := Lookup("osu_latency")
+	bw, _ := Lookup("osu_bw")
+	o, err := lat.ParseArgs([]string{"-m", "2:128", "-i", "50", "-x", "5"}, io.Discard)
+	if err != nil || o.MinSize != 2 || o.MaxSize != 128 || o.Iterations != 50 || o.IterLarge != 50 || o.Warmup != 5 || o.WarmupLarge != 5 {
+		t.Errorf("latency options %+v, %v", o, err)
+	}
+	if got := o.sizes(); len(got) != 7 || got[0] != 2 || got[6] != 128 {
+		t.Errorf("sizes %v", got)
+	}
+	if o, err = lat.ParseArgs([]string{"-m", "64"}, io.Discard); err != nil || o.MinSize != 0 || o.MaxSize != 64 || o.sizes()[0] != 0 {
+		t.Errorf("-m 64: %+v %v", o, err)
+	}
+	if o, err = bw.ParseArgs([]string{"-m", "8:", "-W", "16"}, io.Discard); err != nil || o.MinSize != 8 || o.MaxSize != 1<<22 || o.Window != 16 {
+		t.Errorf("bw options %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{"-m", "x"}, {"-m", "9:3"}, {"-i", "-2"}, {"-W", "4"}, {"extra"}, {"-q"}} {
+		if _, err := lat.ParseArgs(bad, io.Discard); !errors.Is(err, ErrUsage) {
+			t.Errorf("latency %v: %v, want ErrUsage", bad, err)
+		}
+	}
+	if _, err := bw.ParseArgs([]string{"-W", "0"}, io.Discard); err != nil {
+		t.Errorf("-W 0 means the default: %v", err)
+	}
+	if _, err := bw.ParseArgs([]string{"-W", "-1"}, io.Discard); !errors.Is(err, ErrUsage) {
+		t.Errorf("-W -1: %v", err)
+	}
+}
+
+func run(t *testing.T, env []string, argv ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if st := launch.Run(ctx, launch.Options{N: 2, Env: env, Stdout: &out, Stderr: &errb}, argv); st != 0 {
+		t.Fatalf("%v: status %d\n%s\n%s", argv, st, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+var rowRE = regexp.MustCompile(`^([0-9]+) +[0-9]+\.[0-9]{2}$`)
+
+// shape is the output with the figures blanked: what must be identical.
+func shape(out string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if m := rowRE.FindStringSubmatch(l); m != nil {
+			l = m[1] + " <value, " + (map[bool]string{true: "28", false: "bad"})[len(l) == 28] + " wide>"
+		}
+		b.WriteString(l + "\n")
+	}
+	return b.String()
+}
+
+// TestRunsLikeOpenMPIComparator runs each benchmark on two ranks over
+// shared memory, and the C comparator (bench/ompi) under Open MPI with the
+// same options, and requires the same lines but for the figures.
+func TestRunsLikeOpenMPIComparator(t *testing.T) {
+	for _, tc := range []struct{ rivet, ompi, args string }{
+		{"osu_latency", "latency", "-m 4096 -i 200 -x 20"},
+		{"osu_bw", "bw", "-m 65536 -i 10 -x 2 -W 8"},
+	} {
+		got := run(t, []string{progEnv + "=" + tc.rivet, "RIVET_OSU_TEST_ARGS=" + tc.args}, os.Args[0], "-test.run=^$")
+		if strings.Count(got, "\n") < 10 {
+			t.Fatalf("%s printed too little:\n%s", tc.rivet, got)
+		}
+		mpicc := testutil.LookTool(t, "mpicc.openmpi", "libopenmpi-dev")
+		mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
+		bin := filepath.Join(t.TempDir(), "osu_pt2pt")
+		if out, err := exec.Command(mpicc, "-O2", "-o", bin, "../ompi/osu_pt2pt.c").CombinedOutput(); err != nil {
+			t.Fatalf("building the comparator: %v\n%s", err, out)
+		}
+		cmd := exec.Command(mpirun, append([]string{"-n", "2", "--mca", "btl", "self,vader", bin, tc.ompi}, strings.Fields(tc.args)...)...)
+		cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("comparator: %v\n%s", err, stderr.String())
+		}
+		if shape(got) != shape(stdout.String()) {
+			t.Errorf("%s and the Open MPI comparator differ:\n%s\n---\n%s", tc.rivet, got, stdout.String())
+		}
+		if strings.Contains(shape(got), "bad wide") {
+			t.Errorf("a row is not OSU's 28 columns:\n%s", got)
+		}
+	}
+}
