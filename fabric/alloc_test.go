@@ -43,7 +43,33 @@ func progAllocs(ctx context.Context, ep *Endpoint) error {
 			failf("a %d-byte Send+Recv allocates %v times", size, allocs)
 		}
 	}
-	return nil
+	// Nonblocking: a window of receives and sends each way, WaitAll.
+	peer := 1 - w.Rank()
+	reqs := make([]Request, 16)
+	sts := make([]Status, 16)
+	s, r := make([]byte, 8), make([]byte, 8*8)
+	var err error
+	window := func() {
+		for i := 0; i < 8; i++ {
+			reqs[i] = w.irecv(r[i*8:i*8+8], peer, 2, w.id*2)
+			reqs[8+i] = w.isend(s, peer, 2, w.id*2)
+		}
+		if e := WaitAll(ctx, reqs, sts); e != nil && err == nil {
+			err = e
+		}
+	}
+	if w.Rank() == 1 {
+		for i := 0; i < runs+1; i++ {
+			window()
+		}
+	} else {
+		allocs := testing.AllocsPerRun(runs, window)
+		fmt.Printf("Irecv+Isend window of 8 and WaitAll: %v allocations\n", allocs)
+		if allocs != 0 {
+			failf("a window of Isend/Irecv and WaitAll allocates %v times", allocs)
+		}
+	}
+	return err
 }
 
 func TestSendRecvAllocateNothing(t *testing.T) {

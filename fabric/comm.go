@@ -306,23 +306,15 @@ func (c *Comm) agreeID(ctx context.Context, members []int, tag int) (uint32, err
 func (c *Comm) allgatherInternal(ctx context.Context, members []int, tag int, mine []byte) ([][]byte, error) {
 	out := make([][]byte, c.Size())
 	out[c.rank] = mine
-	var reqs []*Request
+	var reqs []Request
 	for _, m := range members {
 		if m == c.rank {
 			continue
 		}
 		out[m] = make([]byte, len(mine))
-		rr, err := c.irecv(out[m], m, tag, c.id*2+1)
-		if err != nil {
-			return nil, err
-		}
-		sr, err := c.isend(mine, m, tag, c.id*2+1)
-		if err != nil {
-			return nil, err
-		}
-		reqs = append(reqs, rr, sr)
+		reqs = append(reqs, c.irecv(out[m], m, tag, c.id*2+1), c.isend(mine, m, tag, c.id*2+1))
 	}
-	if err := WaitAll(ctx, reqs...); err != nil {
+	if err := WaitAll(ctx, reqs, nil); err != nil {
 		return nil, err
 	}
 	return out, nil

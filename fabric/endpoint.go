@@ -181,22 +181,14 @@ func (ep *Endpoint) unlinkWhenMapped(ctx context.Context) error {
 		testHookBeforeUnlink(ep)
 	}
 	w := ep.world
-	var reqs []*Request
+	var reqs []Request
 	for _, r := range ep.local {
 		if r == ep.rank {
 			continue
 		}
-		rr, err := w.irecv(nil, r, tagConnect, 1)
-		if err != nil {
-			return err
-		}
-		sr, err := w.isend(nil, r, tagConnect, 1)
-		if err != nil {
-			return err
-		}
-		reqs = append(reqs, rr, sr)
+		reqs = append(reqs, w.irecv(nil, r, tagConnect, 1), w.isend(nil, r, tagConnect, 1))
 	}
-	if err := WaitAll(ctx, reqs...); err != nil {
+	if err := WaitAll(ctx, reqs, nil); err != nil {
 		return fmt.Errorf("fabric: connecting to the processes on this node: %w", err)
 	}
 	ep.shm.unlink()

@@ -25,8 +25,8 @@ type engine struct {
 	posted  reqList
 	unexp   umsgList
 	freeU   *umsg
-	freeR   *Request
-	rdv     map[uint64]*Request
+	freeR   *op
+	rdv     map[uint64]*op
 	nextID  uint64
 	pending []reqList // per world rank: sends waiting for room, in order
 	npend   int
@@ -36,7 +36,8 @@ type engine struct {
 	health   *health
 	lastScan time.Time
 	closed   bool
-	fin      hdr // a FIN being sent; here so that it does not escape to the heap
+	fin      hdr     // a FIN being sent; here so that it does not escape to the heap
+	pl       payload // an unexpected message being received, likewise
 }
 
 // umsg is an unexpected message: arrived before its receive was posted.
@@ -78,7 +79,7 @@ func newEngine(me, size int) *engine {
 	e := &engine{
 		me:      me,
 		route:   make([]provider, size),
-		rdv:     map[uint64]*Request{},
+		rdv:     map[uint64]*op{},
 		pending: make([]reqList, size),
 		failed:  make([]error, size),
 	}
@@ -93,7 +94,7 @@ func matches(ctx uint32, src, tag int, h *hdr) bool {
 }
 
 // deliver takes one arrived frame from world rank peer.
-func (e *engine) deliver(peer int, h *hdr, payload []byte) {
+func (e *engine) deliver(peer int, h *hdr, p *payload) {
 	if h.kind == frameFIN {
 		if r := e.rdv[h.id]; r != nil {
 			delete(e.rdv, h.id)
@@ -104,7 +105,7 @@ func (e *engine) deliver(peer int, h *hdr, payload []byte) {
 	for r := e.posted.head; r != nil; r = r.next {
 		if matches(r.h.ctx, r.peer, r.tag, h) {
 			e.posted.remove(r)
-			e.receive(r, peer, h, payload)
+			e.receive(r, peer, h, p)
 			return
 		}
 	}
@@ -115,12 +116,12 @@ func (e *engine) deliver(peer int, h *hdr, payload []byte) {
 		u = &umsg{}
 	}
 	u.h, u.peer = *h, peer
-	u.data = append(u.data[:0], payload...)
+	u.data = p.appendTo(u.data[:0])
 	e.unexp.push(u)
 }
 
 // receive completes receive r with a matched message.
-func (e *engine) receive(r *Request, peer int, h *hdr, payload []byte) {
+func (e *engine) receive(r *op, peer int, h *hdr, p *payload) {
 	n := int(h.size)
 	var err error
 	if n > len(r.buf) {
@@ -129,7 +130,7 @@ func (e *engine) receive(r *Request, peer int, h *hdr, payload []byte) {
 	}
 	switch h.kind {
 	case frameEager:
-		copy(r.buf, payload[:n])
+		p.copyTo(r.buf[:n])
 	case frameRTS:
 		if n > 0 {
 			if rerr := e.readRemote(peer, r.buf[:n], h); rerr != nil {
@@ -171,7 +172,7 @@ func (e *engine) peerError(comm *Comm, peer int, cause error) error {
 	return &PeerError{Rank: rank, WorldRank: peer, Err: cause}
 }
 
-func (e *engine) finish(r *Request, err error) {
+func (e *engine) finish(r *op, err error) {
 	r.err = err
 	r.state = stDone
 	if r.orphan {
@@ -195,7 +196,7 @@ func (e *engine) sendCtl(peer int, h *hdr) {
 }
 
 // startSend starts send r (kind, buf, peer, h.ctx/src/tag set).
-func (e *engine) startSend(r *Request) {
+func (e *engine) startSend(r *op) {
 	dest := r.peer
 	if e.closed {
 		e.finish(r, ErrClosed)
@@ -228,7 +229,7 @@ func (e *engine) startSend(r *Request) {
 	e.npend++
 }
 
-func (r *Request) payload() []byte {
+func (r *op) payload() []byte {
 	if r.h.kind == frameEager {
 		return r.buf
 	}
@@ -236,7 +237,7 @@ func (r *Request) payload() []byte {
 }
 
 // sent records that send r's frame is with the provider.
-func (e *engine) sent(r *Request) {
+func (e *engine) sent(r *op) {
 	switch {
 	case r.kind == reqCtl:
 		r.state = stDone
@@ -278,7 +279,7 @@ func (e *engine) progress() int {
 }
 
 // cancel cancels r if no data of it has moved yet.
-func (e *engine) cancel(r *Request) bool {
+func (e *engine) cancel(r *op) bool {
 	switch r.state {
 	case stPosted:
 		e.posted.remove(r)
@@ -299,33 +300,39 @@ func (e *engine) cancel(r *Request) bool {
 	return true
 }
 
-// get takes a request from the engine's pool (for blocking calls).
-func (e *engine) get() *Request {
+// get takes an operation from the engine's pool.
+func (e *engine) get() *op {
 	r := e.freeR
 	if r != nil {
 		e.freeR = r.next
 		r.next = nil
 	} else {
-		r = &Request{e: e}
+		r = &op{e: e}
 	}
-	r.pooled = true
 	return r
 }
 
-func (e *engine) release(r *Request) {
-	*r = Request{e: e, next: e.freeR}
+// release returns r to the pool; its generation moves on, so handles
+// that still point at it see that their operation is over.
+func (e *engine) release(r *op) {
+	*r = op{e: e, next: e.freeR, gen: r.gen + 1}
 	e.freeR = r
 }
 
 // wait makes progress until r completes, ctx ends, or a failure makes r
-// unable to complete. It is wait's allocation-free special case of
+// unable to complete. It is the allocation-free special case of
 // waitUntil.
-func (e *engine) wait(ctx context.Context, r *Request) error {
+func (e *engine) wait(ctx context.Context, r *op) error {
 	done := ctx.Done()
+	idle := 0
 	for i := 0; ; i++ {
 		e.mu.Lock()
-		if r.state != stDone && e.progress() == 0 {
-			e.idle(i)
+		if r.state != stDone {
+			if e.progress() > 0 {
+				idle = 0
+			} else {
+				idle++
+			}
 		}
 		if r.state == stDone {
 			e.mu.Unlock()
@@ -352,17 +359,22 @@ func (e *engine) wait(ctx context.Context, r *Request) error {
 			default:
 			}
 		}
-		backoff(i)
+		backoff(idle)
 	}
 }
 
 // waitUntil is wait for a condition over several requests.
 func (e *engine) waitUntil(ctx context.Context, cond func() bool, cancel func()) error {
 	done := ctx.Done()
+	idle := 0
 	for i := 0; ; i++ {
 		e.mu.Lock()
 		if !cond() {
-			e.progress()
+			if e.progress() > 0 {
+				idle = 0
+			} else {
+				idle++
+			}
 		}
 		if cond() {
 			e.mu.Unlock()
@@ -388,15 +400,14 @@ func (e *engine) waitUntil(ctx context.Context, cond func() bool, cancel func())
 			default:
 			}
 		}
-		backoff(i)
+		backoff(idle)
 	}
 }
 
-func (e *engine) idle(int) {}
-
-// backoff spins first, for latency, then yields the CPU to other
-// processes (ranks may outnumber cores), then sleeps briefly once a wait
-// has gone on for long, so an idle rank does not burn a core.
+// backoff is what a waiting call does after idle polls in a row found
+// nothing: it spins first, for latency, then yields the CPU to other
+// processes (ranks may outnumber cores), then sleeps briefly once nothing
+// has happened for long, so an idle rank does not burn a core.
 func backoff(i int) {
 	switch {
 	case i < 4096:
@@ -411,7 +422,7 @@ func backoff(i int) {
 // scan looks for failed peers (at most every millisecond) and reports
 // whether r can no longer complete for certain: a receive from any source
 // while a member of its communicator has failed.
-func (e *engine) scan(r *Request) error {
+func (e *engine) scan(r *op) error {
 	if now := time.Now(); now.Sub(e.lastScan) >= time.Millisecond {
 		e.lastScan = now
 		if e.health != nil {
@@ -477,6 +488,7 @@ func (e *engine) markFailed(peer int, cause error) {
 type selfProvider struct {
 	q    []selfFrame
 	head int
+	pl   payload
 }
 
 type selfFrame struct {
@@ -504,7 +516,8 @@ func (s *selfProvider) poll(e *engine, budget int) int {
 		// deliver may send to ourselves and grow the queue: work on copies.
 		f := s.q[s.head]
 		s.head++
-		e.deliver(e.me, &f.h, f.data)
+		s.pl = payload{flat: f.data}
+		e.deliver(e.me, &f.h, &s.pl)
 	}
 	if s.head == len(s.q) {
 		s.q, s.head = s.q[:0], 0

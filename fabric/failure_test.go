@@ -181,9 +181,10 @@ func TestLauncherNotice(t *testing.T) {
 	e := newEngine(0, 3)
 	ep := &Endpoint{e: e, rank: 0, size: 3}
 	c := newComm(ep, 0, allRanks(3))
-	r := &Request{e: e}
 	e.mu.Lock()
-	c.postRecv(r, make([]byte, 4), 2, 0, 0)
+	o := e.get()
+	c.postRecv(o, make([]byte, 4), 2, 0, 0)
+	r := e.handle(o)
 	e.mu.Unlock()
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {

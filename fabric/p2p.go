@@ -60,7 +60,7 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 // finishBlocking waits for a blocking call's pooled request and returns
 // it to the pool, or leaves it to be freed on completion if ctx ended
 // while data was moving.
-func (c *Comm) finishBlocking(ctx context.Context, r *Request, st *Status) error {
+func (c *Comm) finishBlocking(ctx context.Context, r *op, st *Status) error {
 	e := c.e
 	err := e.wait(ctx, r)
 	e.mu.Lock()
@@ -79,7 +79,7 @@ func (c *Comm) finishBlocking(ctx context.Context, r *Request, st *Status) error
 	return err
 }
 
-func (c *Comm) initSend(r *Request, buf []byte, dest, tag int, ctxID uint32) {
+func (c *Comm) initSend(r *op, buf []byte, dest, tag int, ctxID uint32) {
 	r.comm, r.kind, r.buf, r.peer, r.tag = c, reqSend, buf, c.ranks[dest], tag
 	r.h = hdr{ctx: ctxID, src: int32(c.rank), tag: int32(tag)}
 }
@@ -112,14 +112,15 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 
 // postRecv matches r against the unexpected messages or posts it; it
 // completes r at once when its source has failed with nothing left from it.
-func (c *Comm) postRecv(r *Request, buf []byte, src, tag int, ctxID uint32) {
+func (c *Comm) postRecv(r *op, buf []byte, src, tag int, ctxID uint32) {
 	e := c.e
 	r.comm, r.kind, r.buf, r.peer, r.tag = c, reqRecv, buf, src, tag
 	r.h.ctx = ctxID
 	for u := e.unexp.head; u != nil; u = u.next {
 		if matches(ctxID, src, tag, &u.h) {
 			e.unexp.remove(u)
-			e.receive(r, u.peer, &u.h, u.data)
+			e.pl = payload{flat: u.data}
+			e.receive(r, u.peer, &u.h, &e.pl)
 			u.next, e.freeU = e.freeU, u
 			return
 		}
@@ -136,45 +137,47 @@ func (c *Comm) postRecv(r *Request, buf []byte, src, tag int, ctxID uint32) {
 
 // Isend starts a send (MPI_Isend); buf belongs to the fabric until the
 // request completes.
-func (c *Comm) Isend(buf []byte, dest, tag int) (*Request, error) {
+func (c *Comm) Isend(buf []byte, dest, tag int) (Request, error) {
 	if err := c.checkDest(dest, tag); err != nil {
-		return nil, err
+		return Request{}, err
 	}
-	return c.isend(buf, dest, tag, c.id*2)
+	return c.isend(buf, dest, tag, c.id*2), nil
 }
 
-func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint32) (*Request, error) {
-	r := &Request{e: c.e}
+func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint32) Request {
 	if dest == ProcNull {
-		r.state = stDone
-		return r, nil
+		return Request{}
 	}
-	c.e.mu.Lock()
+	e := c.e
+	e.mu.Lock()
+	r := e.get()
 	c.initSend(r, buf, dest, tag, ctxID)
-	c.e.startSend(r)
-	c.e.mu.Unlock()
-	return r, nil
+	e.startSend(r)
+	h := e.handle(r)
+	e.mu.Unlock()
+	return h
 }
 
 // Irecv starts a receive (MPI_Irecv); buf belongs to the fabric until the
 // request completes.
-func (c *Comm) Irecv(buf []byte, src, tag int) (*Request, error) {
+func (c *Comm) Irecv(buf []byte, src, tag int) (Request, error) {
 	if err := c.checkSource(src, tag); err != nil {
-		return nil, err
+		return Request{}, err
 	}
-	return c.irecv(buf, src, tag, c.id*2)
+	return c.irecv(buf, src, tag, c.id*2), nil
 }
 
-func (c *Comm) irecv(buf []byte, src, tag int, ctxID uint32) (*Request, error) {
-	r := &Request{e: c.e}
+func (c *Comm) irecv(buf []byte, src, tag int, ctxID uint32) Request {
 	if src == ProcNull {
-		r.state, r.status = stDone, Status{Source: ProcNull, Tag: AnyTag}
-		return r, nil
+		return Request{}
 	}
-	c.e.mu.Lock()
+	e := c.e
+	e.mu.Lock()
+	r := e.get()
 	c.postRecv(r, buf, src, tag, ctxID)
-	c.e.mu.Unlock()
-	return r, nil
+	h := e.handle(r)
+	e.mu.Unlock()
+	return h
 }
 
 // Iprobe reports whether a message from src with tag could be received
@@ -236,19 +239,18 @@ func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
 // Sendrecv sends sendbuf to dest and receives into recvbuf from src, at
 // once, so that a ring of Sendrecv calls cannot deadlock (MPI_Sendrecv).
 func (c *Comm) Sendrecv(ctx context.Context, sendbuf []byte, dest, sendtag int, recvbuf []byte, src, recvtag int) (Status, error) {
-	rr, err := c.Irecv(recvbuf, src, recvtag)
-	if err != nil {
+	if err := c.checkSource(src, recvtag); err != nil {
 		return Status{}, err
 	}
-	sr, err := c.Isend(sendbuf, dest, sendtag)
-	if err != nil {
-		rr.Cancel()
+	if err := c.checkDest(dest, sendtag); err != nil {
 		return Status{}, err
 	}
-	if err := WaitAll(ctx, rr, sr); err != nil {
-		return rr.status, err
-	}
-	return rr.status, nil
+	var reqs [2]Request
+	var sts [2]Status
+	reqs[0] = c.irecv(recvbuf, src, recvtag, c.id*2)
+	reqs[1] = c.isend(sendbuf, dest, sendtag, c.id*2)
+	err := WaitAll(ctx, reqs[:], sts[:])
+	return sts[0], err
 }
 
 // Elem is the element types typed messages carry: fixed-size numbers,
@@ -283,11 +285,11 @@ func RecvSlice[T Elem](ctx context.Context, c *Comm, buf []T, src, tag int) (Sta
 }
 
 // IsendSlice is Isend of a typed slice.
-func IsendSlice[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+func IsendSlice[T Elem](c *Comm, buf []T, dest, tag int) (Request, error) {
 	return c.Isend(AsBytes(buf), dest, tag)
 }
 
 // IrecvSlice is Irecv into a typed slice.
-func IrecvSlice[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
+func IrecvSlice[T Elem](c *Comm, buf []T, src, tag int) (Request, error) {
 	return c.Irecv(AsBytes(buf), src, tag)
 }

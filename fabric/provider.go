@@ -1,5 +1,7 @@
 package fabric
 
+import "slices"
+
 // A provider moves frames between this process and the peers it reaches,
 // in the spirit of a libfabric provider: ordered messages to each peer
 // (the matching engine above builds tagged messaging on them), and reads
@@ -18,8 +20,9 @@ type provider interface {
 	// leaving nothing queued, when the peer's queue has no room; frames
 	// to one peer arrive in the order sent.
 	send(peer int, h *hdr, payload []byte) bool
-	// poll hands up to budget arrived frames to the engine and returns
-	// how many it handed over. payload is valid only during the call.
+	// poll hands up to budget arrived frames to the engine (deliver) and
+	// returns how many it handed over. A payload is valid only during its
+	// deliver call.
 	poll(e *engine, budget int) int
 	// read copies len(dst) bytes of peer's memory at addr into dst.
 	read(peer int, dst []byte, addr uint64) error
@@ -46,4 +49,50 @@ type hdr struct {
 	size uint64 // message length in bytes
 	id   uint64 // rendezvous: the sender's request id
 	addr uint64 // rendezvous: the message's address in the sender
+}
+
+// payload is an arrived frame's payload: contiguous (flat), or spread
+// over consecutive ring cells after each cell's sequence word.
+type payload struct {
+	flat  []byte
+	ring  []byte // a ring's cells
+	at    uint64 // the frame's first cell
+	ncell int    // cells in the ring
+	n     int    // payload bytes (ring form)
+}
+
+func (p *payload) len() int {
+	if p.ring == nil {
+		return len(p.flat)
+	}
+	return p.n
+}
+
+func (p *payload) cell(i uint64) []byte {
+	off := int(i%uint64(p.ncell)) * shmCellSize
+	return p.ring[off : off+shmCellSize]
+}
+
+// copyTo copies the payload's first len(dst) bytes into dst.
+func (p *payload) copyTo(dst []byte) {
+	if p.ring == nil {
+		copy(dst, p.flat)
+		return
+	}
+	dst = dst[:min(len(dst), p.n)]
+	i := p.at
+	data := p.cell(i)[shmCellHeader:]
+	for len(dst) > 0 {
+		dst = dst[copy(dst, data):]
+		i++
+		data = p.cell(i)[8:]
+	}
+}
+
+// appendTo appends the whole payload to b.
+func (p *payload) appendTo(b []byte) []byte {
+	n := p.len()
+	b = slices.Grow(b, n)[:len(b)+n]
+	p.copyTo(b[len(b)-n:])
+	return b
 }

@@ -17,24 +17,38 @@ type Status struct {
 // Count returns how many elements of type T a status's message holds.
 func Count[T Elem](st Status) int { return st.Count / sizeOf[T]() }
 
-// A Request is a nonblocking operation in progress. Complete it with Wait
-// or Test (or WaitAll/WaitAny); its buffer belongs to the fabric until
-// then. A Request may be used from one goroutine at a time.
+// A Request is a handle to a nonblocking operation (MPI_Request). Wait or
+// Test completes it — and, as in MPI, sets the handle to the null Request,
+// whose Wait returns at once — and until then the operation's buffer
+// belongs to the fabric. The zero Request is null. Requests are values:
+// starting one allocates nothing. A copy of a handle whose operation
+// another copy completed gets ErrRequestDone. A Request may be used from
+// one goroutine at a time.
 type Request struct {
+	op  *op
+	gen uint64
+}
+
+// ErrRequestDone is returned for a copy of a Request handle whose
+// operation was already completed through another copy.
+var ErrRequestDone = errors.New("fabric: request already completed")
+
+// op is the fabric's side of an operation in progress; ops are pooled.
+type op struct {
 	e      *engine
 	comm   *Comm
+	gen    uint64 // bumped each time the op is reused
 	kind   uint8
 	state  uint8
-	pooled bool // the engine's own, for blocking calls
 	orphan bool // abandoned by a cancelled blocking call: freed on completion
 	buf    []byte
 	peer   int // send: the destination's world rank; receive: source comm rank or AnySource
 	tag    int
-	h      hdr // the frame a send (or control request) sends
+	h      hdr // the frame a send (or control op) sends
 	status Status
 	err    error
-	next   *Request
-	prev   *Request
+	next   *op
+	prev   *op
 }
 
 const (
@@ -51,96 +65,211 @@ const (
 	stDone
 )
 
-// Wait blocks until the request completes and returns its status and
-// error. When ctx ends first, a request that has not started moving data
-// is cancelled (Status.Cancelled) and Wait returns ctx's error; one
-// already moving data stays active, and Wait returns ctx's error — wait
-// again to complete it.
+func (e *engine) handle(o *op) Request { return Request{op: o, gen: o.gen} }
+
+// live reports whether r still names its operation; call with e.mu held.
+func (r *Request) live() bool { return r.op.gen == r.gen }
+
+// IsNull reports whether r is the null request: never started, or
+// already completed by Wait or Test.
+func (r *Request) IsNull() bool { return r.op == nil }
+
+// complete takes a finished operation's outcome, returns the op to the
+// pool and nulls the handle; call with e.mu held.
+func (r *Request) complete() (Status, error) {
+	o := r.op
+	st, err := o.status, o.err
+	o.e.release(o)
+	*r = Request{}
+	return st, err
+}
+
+// Wait blocks until the operation completes and returns its status and
+// error, leaving r null. When ctx ends first, an operation that has not
+// started moving data is cancelled (Status.Cancelled) and Wait returns
+// ctx's error; one already moving data stays active, r stays as it was,
+// and Wait returns ctx's error — wait again to complete it.
 func (r *Request) Wait(ctx context.Context) (Status, error) {
-	if r == nil {
-		return Status{}, errors.New("fabric: Wait on a nil request")
+	if r.op == nil {
+		return Status{}, nil
 	}
-	err := r.e.wait(ctx, r)
-	if err != nil {
-		return r.status, err
-	}
-	return r.status, r.err
-}
-
-// Test reports whether the request has completed, making progress once
-// if not; when done it returns the status and error too.
-func (r *Request) Test() (Status, bool, error) {
-	if r == nil {
-		return Status{}, false, errors.New("fabric: Test on a nil request")
-	}
-	e := r.e
+	e := r.op.e
 	e.mu.Lock()
-	if r.state != stDone {
-		e.progress()
+	if !r.live() {
+		e.mu.Unlock()
+		*r = Request{}
+		return Status{}, ErrRequestDone
 	}
-	done := r.state == stDone
 	e.mu.Unlock()
-	if !done {
-		return Status{}, false, nil
+	werr := e.wait(ctx, r.op)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r.op.state != stDone {
+		return Status{}, werr
 	}
-	return r.status, true, r.err
+	st, err := r.complete()
+	if werr != nil {
+		err = werr
+	}
+	return st, err
 }
 
-// Cancel cancels the request if it has not started moving data (an
+// Test reports whether the operation has completed, making progress once
+// if not; when it has, Test returns its status and error and leaves r
+// null. Testing the null request reports true.
+func (r *Request) Test() (Status, bool, error) {
+	if r.op == nil {
+		return Status{}, true, nil
+	}
+	e := r.op.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !r.live() {
+		*r = Request{}
+		return Status{}, true, ErrRequestDone
+	}
+	if r.op.state != stDone {
+		e.progress()
+		if r.op.state != stDone {
+			return Status{}, false, nil
+		}
+	}
+	st, err := r.complete()
+	return st, true, err
+}
+
+// Cancel cancels the operation if it has not started moving data (an
 // unmatched receive, or a send still queued locally) and reports whether
-// it did. A cancelled request is complete, with Status.Cancelled set.
+// it did. A cancelled operation still completes through Wait or Test,
+// with Status.Cancelled set.
 func (r *Request) Cancel() bool {
-	r.e.mu.Lock()
-	defer r.e.mu.Unlock()
-	return r.e.cancel(r)
+	if r.op == nil {
+		return false
+	}
+	e := r.op.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return r.live() && e.cancel(r.op)
 }
 
-// WaitAll waits for every request, and returns the errors of those that
-// failed joined (nil if none did). When ctx ends first it cancels what it
-// can and returns ctx's error.
-func WaitAll(ctx context.Context, reqs ...*Request) error {
-	if len(reqs) == 0 {
+// WaitAll waits for every request in reqs and leaves them null. statuses,
+// if not nil, must be as long as reqs and receives each one's status.
+// It returns the errors of those that failed, joined (nil if none did).
+// When ctx ends first it cancels what it can and returns ctx's error;
+// requests still active stay as they were. It allocates nothing unless
+// an operation failed.
+func WaitAll(ctx context.Context, reqs []Request, statuses []Status) error {
+	if statuses != nil && len(statuses) != len(reqs) {
+		return fmt.Errorf("%w: %d statuses for %d requests", ErrInvalid, len(statuses), len(reqs))
+	}
+	var e *engine
+	for i := range reqs {
+		if reqs[i].op == nil {
+			continue
+		}
+		if e == nil {
+			e = reqs[i].op.e
+		} else if reqs[i].op.e != e {
+			return fmt.Errorf("%w: WaitAll over requests of different endpoints", ErrInvalid)
+		}
+	}
+	if e == nil {
+		for i := range statuses {
+			statuses[i] = Status{}
+		}
 		return nil
 	}
-	e := reqs[0].e
-	for _, r := range reqs {
-		if r == nil {
-			return errors.New("fabric: WaitAll with a nil request")
-		}
-		if r.e != e {
-			return errors.New("fabric: WaitAll over requests of different endpoints")
-		}
-	}
-	next := 0 // requests before next are done
-	err := e.waitUntil(ctx, func() bool {
-		for next < len(reqs) && reqs[next].state == stDone {
+	done := ctx.Done()
+	next, idle := 0, 0 // requests before next are done
+	var werr error
+	for i := 0; ; i++ {
+		e.mu.Lock()
+		for next < len(reqs) && reqs[next].over() {
 			next++
 		}
-		return next == len(reqs)
-	}, func() {
-		for _, r := range reqs {
-			e.cancel(r)
+		if next < len(reqs) {
+			if e.progress() > 0 {
+				idle = 0
+			} else {
+				idle++
+			}
+			for next < len(reqs) && reqs[next].over() {
+				next++
+			}
 		}
-	})
-	if err != nil {
-		return err
+		if next == len(reqs) {
+			break // with e.mu held
+		}
+		if e.closed {
+			werr = ErrClosed
+			break
+		}
+		if i&127 == 127 {
+			e.scan(nil)
+		}
+		e.mu.Unlock()
+		if i&15 == 15 && done != nil {
+			select {
+			case <-done:
+				e.mu.Lock()
+				for j := range reqs {
+					if reqs[j].op != nil && reqs[j].live() {
+						e.cancel(reqs[j].op)
+					}
+				}
+				werr = ctx.Err()
+			default:
+			}
+			if werr != nil {
+				break // with e.mu held
+			}
+		}
+		backoff(idle)
 	}
 	var errs []error
-	for i, r := range reqs {
-		if r.err != nil {
-			errs = append(errs, fmt.Errorf("request %d: %w", i, r.err))
+	for i := range reqs {
+		r := &reqs[i]
+		if !r.over() || r.op == nil {
+			if statuses != nil && r.op == nil {
+				statuses[i] = Status{}
+			}
+			continue
 		}
+		var st Status
+		var err error
+		if r.live() {
+			st, err = r.complete()
+		} else {
+			*r, err = Request{}, ErrRequestDone
+		}
+		if statuses != nil {
+			statuses[i] = st
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("request %d: %w", i, err))
+		}
+	}
+	e.mu.Unlock()
+	if werr != nil {
+		return werr
 	}
 	return errors.Join(errs...)
 }
 
-// WaitAny waits until one of reqs completes and returns its index, status
-// and error. Nil requests are ignored; with none left it returns -1.
-func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
+// over reports whether r needs no more waiting: null, completed through
+// another copy, or done; call with e.mu held.
+func (r *Request) over() bool {
+	return r.op == nil || !r.live() || r.op.state == stDone
+}
+
+// WaitAny waits until one of reqs completes, leaves it null and returns
+// its index, status and error. Null requests are ignored; with none
+// left it returns -1.
+func WaitAny(ctx context.Context, reqs []Request) (int, Status, error) {
 	var e *engine
-	for _, r := range reqs {
-		if r != nil {
-			e = r.e
+	for i := range reqs {
+		if reqs[i].op != nil {
+			e = reqs[i].op.e
 			break
 		}
 	}
@@ -149,8 +278,8 @@ func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
 	}
 	idx := -1
 	err := e.waitUntil(ctx, func() bool {
-		for i, r := range reqs {
-			if r != nil && r.state == stDone {
+		for i := range reqs {
+			if reqs[i].op != nil && reqs[i].over() {
 				idx = i
 				return true
 			}
@@ -160,15 +289,22 @@ func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
 	if err != nil {
 		return -1, Status{}, err
 	}
-	return idx, reqs[idx].status, reqs[idx].err
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !reqs[idx].live() {
+		reqs[idx] = Request{}
+		return idx, Status{}, ErrRequestDone
+	}
+	st, err := reqs[idx].complete()
+	return idx, st, err
 }
 
-// reqList is an intrusive FIFO of requests.
-type reqList struct{ head, tail *Request }
+// reqList is an intrusive FIFO of operations.
+type reqList struct{ head, tail *op }
 
 func (l *reqList) empty() bool { return l.head == nil }
 
-func (l *reqList) push(r *Request) {
+func (l *reqList) push(r *op) {
 	r.next, r.prev = nil, l.tail
 	if l.tail != nil {
 		l.tail.next = r
@@ -178,7 +314,7 @@ func (l *reqList) push(r *Request) {
 	l.tail = r
 }
 
-func (l *reqList) remove(r *Request) {
+func (l *reqList) remove(r *op) {
 	if r.prev != nil {
 		r.prev.next = r.next
 	} else {
@@ -192,7 +328,7 @@ func (l *reqList) remove(r *Request) {
 	r.next, r.prev = nil, nil
 }
 
-func (l *reqList) contains(r *Request) bool {
+func (l *reqList) contains(r *op) bool {
 	for x := l.head; x != nil; x = x.next {
 		if x == r {
 			return true

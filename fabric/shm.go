@@ -22,21 +22,27 @@ import (
 // owner unlinks it, so a job that later crashes leaves nothing behind
 // (one that dies earlier is swept by the launcher and by the next job).
 //
-// A ring is a head word the reader owns and cells that each start with a
-// sequence word the writer stores last: the reader polls the one cache
-// line that holds the next cell's sequence, header and first payload
-// bytes. Messages up to the eager limit are copied through a cell;
-// longer ones go by rendezvous: the receiver reads them straight from the
+// A ring is a head word the reader owns and 256-byte cells that each
+// start with a sequence word. A frame takes one cell (a header and up to
+// 208 payload bytes) or several consecutive ones, and the writer stores
+// its first cell's sequence word last: the reader polls the one cache line
+// that holds the next frame's sequence, header and first payload bytes,
+// and small messages sit in consecutive lines of the ring. Messages up to
+// the eager limit (16 KiB) are copied through the ring; longer ones go by
+// rendezvous: the receiver reads them straight from the
 // sender's memory with process_vm_readv (one copy, no staging) and
 // answers with a FIN frame.
 
 const (
-	shmMagic      = 0x52495645_54534d31 // "RIVETSM1"
-	shmHeader     = 4096
-	shmCellHeader = 48
-	shmEager      = 16 << 10
-	shmCell       = shmEager + 64 // stride; the payload starts at byte 48
-	shmRingHeader = 128           // head word, then padding to two cache lines
+	shmMagic       = 0x52495645_54534d32 // "RIVETSM2"
+	shmHeader      = 4096
+	shmCellSize    = 256 // a cell: a sequence word, then data
+	shmCellHeader  = 48  // the sequence word and a frame header
+	shmFirstData   = shmCellSize - shmCellHeader
+	shmContData    = shmCellSize - 8
+	shmEager       = 16 << 10
+	shmRingHeader  = 128 // head word, then padding to two cache lines
+	shmMaxFrameLen = 1 + (shmEager-shmFirstData+shmContData-1)/shmContData
 )
 
 // Segment header words (byte offsets).
@@ -47,15 +53,25 @@ const (
 	segClosed = 64 // set to 1 by a clean Close
 )
 
+// shmCells is the ring length in cells: 1 MiB per ring, or 256 KiB when
+// many processes share the node; at least four of the longest frames fit.
 func shmCells(nlocal int) int {
 	if nlocal > 16 {
-		return 16
+		return 1024
 	}
-	return 64
+	return 4096
 }
 
 func shmSize(nlocal int) int {
-	return shmHeader + nlocal*(shmRingHeader+shmCells(nlocal)*shmCell)
+	return shmHeader + nlocal*(shmRingHeader+shmCells(nlocal)*shmCellSize)
+}
+
+// cellsFor is how many cells a frame with an n-byte payload takes.
+func cellsFor(n int) int {
+	if n <= shmFirstData {
+		return 1
+	}
+	return 1 + (n-shmFirstData+shmContData-1)/shmContData
 }
 
 type shmRing struct {
@@ -64,8 +80,8 @@ type shmRing struct {
 }
 
 func (r *shmRing) cell(i uint64, n int) []byte {
-	off := int(i%uint64(n)) * shmCell
-	return r.cells[off : off+shmCell : off+shmCell]
+	off := int(i%uint64(n)) * shmCellSize
+	return r.cells[off : off+shmCellSize : off+shmCellSize]
 }
 
 // shmOut is this process's side of the ring it writes in a peer's segment.
@@ -92,6 +108,7 @@ type shmProvider struct {
 	outs   []*shmOut       // by local index
 	in     []shmIn         // by local index, without ourselves
 	next   int             // where the next poll starts, for fairness
+	pl     payload         // the frame being delivered
 	liov   [1]unix.Iovec
 	riov   [1]unix.RemoteIovec
 	selfIx int
@@ -132,10 +149,10 @@ func newShmSegment(prefix string, rank, nlocal int) (*shmProvider, error) {
 func word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
 
 func ringAt(seg []byte, ix, cells int) shmRing {
-	off := shmHeader + ix*(shmRingHeader+cells*shmCell)
+	off := shmHeader + ix*(shmRingHeader+cells*shmCellSize)
 	return shmRing{
 		head:  (*atomic.Uint64)(unsafe.Pointer(&seg[off])),
-		cells: seg[off+shmRingHeader : off+shmRingHeader+cells*shmCell],
+		cells: seg[off+shmRingHeader : off+shmRingHeader+cells*shmCellSize],
 	}
 }
 
@@ -193,11 +210,22 @@ func (s *shmProvider) eagerMax() int { return shmEager }
 func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 	o := s.out[peer]
 	n := uint64(s.cells)
-	if o.tail-o.cachedHead >= n {
+	k := uint64(cellsFor(len(payload)))
+	if o.tail+k-o.cachedHead > n {
 		o.cachedHead = o.ring.head.Load()
-		if o.tail-o.cachedHead >= n {
+		if o.tail+k-o.cachedHead > n {
 			return false
 		}
+	}
+	// Continuation cells first, each with its own sequence word: the
+	// reader only ever looks at a frame's first cell, and a sequence word
+	// (never payload from an earlier lap) is what it finds there.
+	first := payload[:min(len(payload), shmFirstData)]
+	rest := payload[len(first):]
+	for i := uint64(1); i < k; i++ {
+		c := o.ring.cell(o.tail+i, s.cells)
+		*word(c, 0) = o.tail + i + 1
+		rest = rest[copy(c[8:], rest):]
 	}
 	c := o.ring.cell(o.tail, s.cells)
 	le := binary.LittleEndian
@@ -208,9 +236,9 @@ func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 	le.PutUint64(c[24:], h.size)
 	le.PutUint64(c[32:], h.id)
 	le.PutUint64(c[40:], h.addr)
-	copy(c[shmCellHeader:], payload)
-	o.tail++
-	atomic.StoreUint64(word(c, 0), o.tail) // publishes the cell
+	copy(c[shmCellHeader:], first)
+	atomic.StoreUint64(word(c, 0), o.tail+1) // publishes the frame
+	o.tail += k
 	return true
 }
 
@@ -247,12 +275,15 @@ func (s *shmProvider) poll(e *engine, budget int) int {
 			h.size = le.Uint64(c[24:])
 			h.id = le.Uint64(c[32:])
 			h.addr = le.Uint64(c[40:])
-			var payload []byte
+			cells := uint64(1)
+			s.pl = payload{}
 			if h.kind == frameEager {
-				payload = c[shmCellHeader : shmCellHeader+int(min(h.size, shmEager))]
+				size := int(min(h.size, shmEager))
+				s.pl = payload{ring: in.ring.cells, at: in.head, ncell: s.cells, n: size}
+				cells = uint64(cellsFor(size))
 			}
-			e.deliver(in.world, &h, payload)
-			in.head++
+			e.deliver(in.world, &h, &s.pl)
+			in.head += cells
 			in.ring.head.Store(in.head)
 			got++
 		}

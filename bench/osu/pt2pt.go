@@ -80,7 +80,7 @@ func latency(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm int) 
 // bandwidth is osu_bw: windows of nonblocking sends, each answered by a
 // short acknowledgement; MB/s (10^6 bytes).
 func bandwidth(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm, window int) (float64, error) {
-	reqs := make([]*fabric.Request, window)
+	reqs := make([]fabric.Request, window)
 	ack := make([]byte, 4)
 	if err := pairBarrier(ctx, c); err != nil {
 		return 0, err
@@ -97,7 +97,7 @@ func bandwidth(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm, wi
 					return 0, err
 				}
 			}
-			if err := fabric.WaitAll(ctx, reqs...); err != nil {
+			if err := fabric.WaitAll(ctx, reqs, nil); err != nil {
 				return 0, err
 			}
 			if _, err := c.Recv(ctx, ack, 1, 101); err != nil {
@@ -109,7 +109,7 @@ func bandwidth(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm, wi
 					return 0, err
 				}
 			}
-			if err := fabric.WaitAll(ctx, reqs...); err != nil {
+			if err := fabric.WaitAll(ctx, reqs, nil); err != nil {
 				return 0, err
 			}
 			if err := c.Send(ctx, ack, 0, 101); err != nil {
@@ -123,7 +123,7 @@ func bandwidth(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm, wi
 
 // biBandwidth is osu_bibw: both ranks send a window to each other at once.
 func biBandwidth(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm, window int) (float64, error) {
-	reqs := make([]*fabric.Request, 2*window)
+	reqs := make([]fabric.Request, 2*window)
 	peer := 1 - c.Rank()
 	if err := pairBarrier(ctx, c); err != nil {
 		return 0, err
@@ -144,7 +144,7 @@ func biBandwidth(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm, 
 				return 0, err
 			}
 		}
-		if err := fabric.WaitAll(ctx, reqs...); err != nil {
+		if err := fabric.WaitAll(ctx, reqs, nil); err != nil {
 			return 0, err
 		}
 	}
