@@ -51,14 +51,13 @@ type hdr struct {
 	addr uint64 // rendezvous: the message's address in the sender
 }
 
-// payload is an arrived frame's payload: contiguous (flat), or spread
-// over consecutive ring cells after each cell's sequence word.
+// payload is an arrived frame's payload: contiguous (flat), or n bytes
+// of a ring from byte off, wrapping around the ring's end.
 type payload struct {
-	flat  []byte
-	ring  []byte // a ring's cells
-	at    uint64 // the frame's first cell
-	ncell int    // cells in the ring
-	n     int    // payload bytes (ring form)
+	flat []byte
+	ring []byte
+	off  int
+	n    int
 }
 
 func (p *payload) len() int {
@@ -68,11 +67,6 @@ func (p *payload) len() int {
 	return p.n
 }
 
-func (p *payload) cell(i uint64) []byte {
-	off := int(i%uint64(p.ncell)) * shmCellSize
-	return p.ring[off : off+shmCellSize]
-}
-
 // copyTo copies the payload's first len(dst) bytes into dst.
 func (p *payload) copyTo(dst []byte) {
 	if p.ring == nil {
@@ -80,13 +74,8 @@ func (p *payload) copyTo(dst []byte) {
 		return
 	}
 	dst = dst[:min(len(dst), p.n)]
-	i := p.at
-	data := p.cell(i)[shmCellHeader:]
-	for len(dst) > 0 {
-		dst = dst[copy(dst, data):]
-		i++
-		data = p.cell(i)[8:]
-	}
+	m := copy(dst, p.ring[p.off:])
+	copy(dst[m:], p.ring)
 }
 
 // appendTo appends the whole payload to b.

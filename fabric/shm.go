@@ -22,12 +22,14 @@ import (
 // owner unlinks it, so a job that later crashes leaves nothing behind
 // (one that dies earlier is swept by the launcher and by the next job).
 //
-// A ring is a head word the reader owns and 256-byte cells that each
-// start with a sequence word. A frame takes one cell (a header and up to
-// 208 payload bytes) or several consecutive ones, and the writer stores
-// its first cell's sequence word last: the reader polls the one cache line
-// that holds the next frame's sequence, header and first payload bytes,
-// and small messages sit in consecutive lines of the ring. Messages up to
+// A ring is a head word the reader owns and 256-byte cells. A frame
+// starts on a cell with a sequence word and a header, its payload follows
+// contiguously (a frame of up to 208 payload bytes fits one cell), and the
+// writer stores the sequence word last: the reader polls the one cache
+// line that holds the next frame's sequence, header and first payload
+// bytes, and small messages sit in consecutive lines of the ring. The
+// reader zeroes the first word of every cell it consumes, so a stale
+// payload byte can never pass for a sequence number. Messages up to
 // the eager limit (16 KiB) are copied through the ring; longer ones go by
 // rendezvous: the receiver reads them straight from the
 // sender's memory with process_vm_readv (one copy, no staging) and
@@ -36,13 +38,10 @@ import (
 const (
 	shmMagic       = 0x52495645_54534d32 // "RIVETSM2"
 	shmHeader      = 4096
-	shmCellSize    = 256 // a cell: a sequence word, then data
-	shmCellHeader  = 48  // the sequence word and a frame header
-	shmFirstData   = shmCellSize - shmCellHeader
-	shmContData    = shmCellSize - 8
-	shmEager       = 16 << 10
-	shmRingHeader  = 128 // head word, then padding to two cache lines
-	shmMaxFrameLen = 1 + (shmEager-shmFirstData+shmContData-1)/shmContData
+	shmCellSize   = 256 // frames start on a cell
+	shmCellHeader = 48  // the sequence word and a frame header
+	shmEager      = 16 << 10
+	shmRingHeader = 128 // head word, then padding to two cache lines
 )
 
 // Segment header words (byte offsets).
@@ -67,12 +66,7 @@ func shmSize(nlocal int) int {
 }
 
 // cellsFor is how many cells a frame with an n-byte payload takes.
-func cellsFor(n int) int {
-	if n <= shmFirstData {
-		return 1
-	}
-	return 1 + (n-shmFirstData+shmContData-1)/shmContData
-}
+func cellsFor(n int) int { return (shmCellHeader + n + shmCellSize - 1) / shmCellSize }
 
 type shmRing struct {
 	head  *atomic.Uint64
@@ -135,7 +129,7 @@ func newShmSegment(prefix string, rank, nlocal int) (*shmProvider, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("fabric: shared memory %s: %w", path, err)
 	}
-	seg, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	seg, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		os.Remove(path)
 		return nil, fmt.Errorf("fabric: mapping %s: %w", path, os.NewSyscallError("mmap", err))
@@ -170,7 +164,7 @@ func (s *shmProvider) connect(me int, local []int, paths []string, pids []int) e
 		if err != nil {
 			return fmt.Errorf("fabric: shared memory of rank %d: %w", w, err)
 		}
-		seg, err := unix.Mmap(int(f.Fd()), 0, shmSize(len(local)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		seg, err := unix.Mmap(int(f.Fd()), 0, shmSize(len(local)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("fabric: mapping the shared memory of rank %d: %w", w, os.NewSyscallError("mmap", err))
@@ -217,16 +211,6 @@ func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 			return false
 		}
 	}
-	// Continuation cells first, each with its own sequence word: the
-	// reader only ever looks at a frame's first cell, and a sequence word
-	// (never payload from an earlier lap) is what it finds there.
-	first := payload[:min(len(payload), shmFirstData)]
-	rest := payload[len(first):]
-	for i := uint64(1); i < k; i++ {
-		c := o.ring.cell(o.tail+i, s.cells)
-		*word(c, 0) = o.tail + i + 1
-		rest = rest[copy(c[8:], rest):]
-	}
 	c := o.ring.cell(o.tail, s.cells)
 	le := binary.LittleEndian
 	le.PutUint32(c[8:], h.kind)
@@ -236,7 +220,11 @@ func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 	le.PutUint64(c[24:], h.size)
 	le.PutUint64(c[32:], h.id)
 	le.PutUint64(c[40:], h.addr)
-	copy(c[shmCellHeader:], first)
+	// The payload follows the header, straight across cell boundaries
+	// (and around the ring's end).
+	off := int(o.tail%n)*shmCellSize + shmCellHeader
+	m := copy(o.ring.cells[off:], payload)
+	copy(o.ring.cells, payload[m:])
 	atomic.StoreUint64(word(c, 0), o.tail+1) // publishes the frame
 	o.tail += k
 	return true
@@ -275,15 +263,22 @@ func (s *shmProvider) poll(e *engine, budget int) int {
 			h.size = le.Uint64(c[24:])
 			h.id = le.Uint64(c[32:])
 			h.addr = le.Uint64(c[40:])
-			cells := uint64(1)
+			cells := 1
 			s.pl = payload{}
 			if h.kind == frameEager {
 				size := int(min(h.size, shmEager))
-				s.pl = payload{ring: in.ring.cells, at: in.head, ncell: s.cells, n: size}
-				cells = uint64(cellsFor(size))
+				off := int(in.head%uint64(s.cells))*shmCellSize + shmCellHeader
+				s.pl = payload{ring: in.ring.cells, off: off, n: size}
+				cells = cellsFor(size)
 			}
 			e.deliver(in.world, &h, &s.pl)
-			in.head += cells
+			// Zero the frame's cells' first words before handing them
+			// back: the writer then finds, at any cell where a frame may
+			// start, a zero or a sequence number, never stale payload.
+			for i := 0; i < cells; i++ {
+				*word(in.ring.cell(in.head+uint64(i), s.cells), 0) = 0
+			}
+			in.head += uint64(cells)
 			in.ring.head.Store(in.head)
 			got++
 		}
