@@ -22,9 +22,9 @@ type engine struct {
 	provs []provider
 	self  *selfProvider
 
-	posted  reqList
-	unexp   umsgList
-	freeU   *umsg
+	posted  reqList // receives waiting for a match, in order
+	unexp   reqList // messages that arrived before their receive (reqUnexp)
+	freeU   *op     // spent unexpected messages, keeping their buffers
 	freeR   *op
 	rdv     map[uint64]*op
 	nextID  uint64
@@ -38,41 +38,6 @@ type engine struct {
 	closed   bool
 	fin      hdr     // a FIN being sent; here so that it does not escape to the heap
 	pl       payload // an unexpected message being received, likewise
-}
-
-// umsg is an unexpected message: arrived before its receive was posted.
-type umsg struct {
-	h    hdr
-	peer int // world rank
-	data []byte
-	next *umsg
-	prev *umsg
-}
-
-type umsgList struct{ head, tail *umsg }
-
-func (l *umsgList) push(u *umsg) {
-	u.next, u.prev = nil, l.tail
-	if l.tail != nil {
-		l.tail.next = u
-	} else {
-		l.head = u
-	}
-	l.tail = u
-}
-
-func (l *umsgList) remove(u *umsg) {
-	if u.prev != nil {
-		u.prev.next = u.next
-	} else {
-		l.head = u.next
-	}
-	if u.next != nil {
-		u.next.prev = u.prev
-	} else {
-		l.tail = u.prev
-	}
-	u.next, u.prev = nil, nil
 }
 
 func newEngine(me, size int) *engine {
@@ -111,12 +76,12 @@ func (e *engine) deliver(peer int, h *hdr, p *payload) {
 	}
 	u := e.freeU
 	if u != nil {
-		e.freeU = u.next
+		e.freeU, u.next = u.next, nil
 	} else {
-		u = &umsg{}
+		u = &op{e: e, kind: reqUnexp}
 	}
 	u.h, u.peer = *h, peer
-	u.data = p.appendTo(u.data[:0])
+	u.buf = p.appendTo(u.buf[:0])
 	e.unexp.push(u)
 }
 
@@ -319,20 +284,51 @@ func (e *engine) release(r *op) {
 	e.freeR = r
 }
 
+// waiter is the skeleton of every waiting call: under the lock, make
+// progress and count idle rounds; every 128 rounds look for failures;
+// between rounds, without the lock, notice ctx ending (every 16 rounds)
+// and back off.
+type waiter struct {
+	e    *engine
+	done <-chan struct{}
+	i    int
+	idle int
+}
+
+// round makes progress once; call with e.mu held.
+func (w *waiter) round() {
+	if w.e.progress() > 0 {
+		w.idle = 0
+	} else {
+		w.idle++
+	}
+}
+
+// scanDue reports whether this round should look for failures.
+func (w *waiter) scanDue() bool { return w.i&127 == 127 }
+
+// pause ends a round, without the lock; it reports whether ctx ended.
+func (w *waiter) pause() bool {
+	w.i++
+	if w.i&15 == 0 && w.done != nil {
+		select {
+		case <-w.done:
+			return true
+		default:
+		}
+	}
+	backoff(w.idle)
+	return false
+}
+
 // wait makes progress until r completes, ctx ends, or a failure makes r
-// unable to complete. It is the allocation-free special case of
-// waitUntil.
+// unable to complete. It allocates nothing.
 func (e *engine) wait(ctx context.Context, r *op) error {
-	done := ctx.Done()
-	idle := 0
-	for i := 0; ; i++ {
+	w := waiter{e: e, done: ctx.Done()}
+	for {
 		e.mu.Lock()
 		if r.state != stDone {
-			if e.progress() > 0 {
-				idle = 0
-			} else {
-				idle++
-			}
+			w.round()
 		}
 		if r.state == stDone {
 			e.mu.Unlock()
@@ -342,39 +338,29 @@ func (e *engine) wait(ctx context.Context, r *op) error {
 			e.mu.Unlock()
 			return ErrClosed
 		}
-		if i&127 == 127 {
+		if w.scanDue() {
 			if err := e.scan(r); err != nil {
 				e.mu.Unlock()
 				return err
 			}
 		}
 		e.mu.Unlock()
-		if i&15 == 15 && done != nil {
-			select {
-			case <-done:
-				e.mu.Lock()
-				e.cancel(r)
-				e.mu.Unlock()
-				return ctx.Err()
-			default:
-			}
+		if w.pause() {
+			e.mu.Lock()
+			e.cancel(r)
+			e.mu.Unlock()
+			return ctx.Err()
 		}
-		backoff(idle)
 	}
 }
 
-// waitUntil is wait for a condition over several requests.
-func (e *engine) waitUntil(ctx context.Context, cond func() bool, cancel func()) error {
-	done := ctx.Done()
-	idle := 0
-	for i := 0; ; i++ {
+// waitUntil is wait for a condition, checked with e.mu held.
+func (e *engine) waitUntil(ctx context.Context, cond func() bool) error {
+	w := waiter{e: e, done: ctx.Done()}
+	for {
 		e.mu.Lock()
 		if !cond() {
-			if e.progress() > 0 {
-				idle = 0
-			} else {
-				idle++
-			}
+			w.round()
 		}
 		if cond() {
 			e.mu.Unlock()
@@ -384,23 +370,13 @@ func (e *engine) waitUntil(ctx context.Context, cond func() bool, cancel func())
 			e.mu.Unlock()
 			return ErrClosed
 		}
-		if i&127 == 127 {
+		if w.scanDue() {
 			e.scan(nil)
 		}
 		e.mu.Unlock()
-		if i&15 == 15 && done != nil {
-			select {
-			case <-done:
-				if cancel != nil {
-					e.mu.Lock()
-					cancel()
-					e.mu.Unlock()
-				}
-				return ctx.Err()
-			default:
-			}
+		if w.pause() {
+			return ctx.Err()
 		}
-		backoff(idle)
 	}
 }
 
@@ -537,29 +513,20 @@ func (s *selfProvider) close() error                 { return nil }
 // up to 50 µs between polls.
 func (ep *Endpoint) Progress(ctx context.Context) error {
 	e := ep.e
-	done := ctx.Done()
-	idle := 0
+	w := waiter{e: e, done: ctx.Done()}
 	for {
-		select {
-		case <-done:
-			return ctx.Err()
-		default:
-		}
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
 			return ErrClosed
 		}
-		n := e.progress()
-		if idle&127 == 127 {
+		w.round()
+		if w.scanDue() {
 			e.scan(nil)
 		}
 		e.mu.Unlock()
-		if n > 0 {
-			idle = 0
-			continue
+		if w.pause() {
+			return ctx.Err()
 		}
-		idle++
-		backoff(idle)
 	}
 }

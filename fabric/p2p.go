@@ -119,7 +119,7 @@ func (c *Comm) postRecv(r *op, buf []byte, src, tag int, ctxID uint32) {
 	for u := e.unexp.head; u != nil; u = u.next {
 		if matches(ctxID, src, tag, &u.h) {
 			e.unexp.remove(u)
-			e.pl = payload{flat: u.data}
+			e.pl = payload{flat: u.buf}
 			e.receive(r, u.peer, &u.h, &e.pl)
 			u.next, e.freeU = e.freeU, u
 			return
@@ -229,7 +229,7 @@ func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
 			}
 		}
 		return false
-	}, nil)
+	})
 	if err == nil {
 		err = perr
 	}

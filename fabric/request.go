@@ -54,7 +54,8 @@ type op struct {
 const (
 	reqSend uint8 = iota + 1
 	reqRecv
-	reqCtl // a control frame waiting for room (FIN)
+	reqCtl   // a control frame waiting for room (FIN)
+	reqUnexp // an unexpected message: h, peer (world rank) and its payload in buf
 )
 
 const (
@@ -179,20 +180,16 @@ func WaitAll(ctx context.Context, reqs []Request, statuses []Status) error {
 		}
 		return nil
 	}
-	done := ctx.Done()
-	next, idle := 0, 0 // requests before next are done
+	w := waiter{e: e, done: ctx.Done()}
+	next := 0 // requests before next are done
 	var werr error
-	for i := 0; ; i++ {
+	for {
 		e.mu.Lock()
 		for next < len(reqs) && reqs[next].over() {
 			next++
 		}
 		if next < len(reqs) {
-			if e.progress() > 0 {
-				idle = 0
-			} else {
-				idle++
-			}
+			w.round()
 			for next < len(reqs) && reqs[next].over() {
 				next++
 			}
@@ -204,27 +201,20 @@ func WaitAll(ctx context.Context, reqs []Request, statuses []Status) error {
 			werr = ErrClosed
 			break
 		}
-		if i&127 == 127 {
+		if w.scanDue() {
 			e.scan(nil)
 		}
 		e.mu.Unlock()
-		if i&15 == 15 && done != nil {
-			select {
-			case <-done:
-				e.mu.Lock()
-				for j := range reqs {
-					if reqs[j].op != nil && reqs[j].live() {
-						e.cancel(reqs[j].op)
-					}
+		if w.pause() {
+			e.mu.Lock()
+			for j := range reqs {
+				if reqs[j].op != nil && reqs[j].live() {
+					e.cancel(reqs[j].op)
 				}
-				werr = ctx.Err()
-			default:
 			}
-			if werr != nil {
-				break // with e.mu held
-			}
+			werr = ctx.Err()
+			break // with e.mu held
 		}
-		backoff(idle)
 	}
 	var errs []error
 	for i := range reqs {
@@ -285,7 +275,7 @@ func WaitAny(ctx context.Context, reqs []Request) (int, Status, error) {
 			}
 		}
 		return false
-	}, nil)
+	})
 	if err != nil {
 		return -1, Status{}, err
 	}

@@ -58,17 +58,17 @@ func TestShmRingFrames(t *testing.T) {
 		}
 		for u := e.unexp.head; u != nil; u = u.next {
 			if len(want) == 0 {
-				t.Fatalf("burst %d: a phantom frame (tag %d, %d bytes)", burst, u.h.tag, len(u.data))
+				t.Fatalf("burst %d: a phantom frame (tag %d, %d bytes)", burst, u.h.tag, len(u.buf))
 			}
-			if !bytes.Equal(u.data, want[0]) {
-				t.Fatalf("burst %d: frame tag %d: %d bytes differ from the %d sent", burst, u.h.tag, len(u.data), len(want[0]))
+			if !bytes.Equal(u.buf, want[0]) {
+				t.Fatalf("burst %d: frame tag %d: %d bytes differ from the %d sent", burst, u.h.tag, len(u.buf), len(want[0]))
 			}
 			want = want[1:]
 		}
 		if len(want) != 0 {
 			t.Fatalf("burst %d: %d frames sent were not received", burst, len(want))
 		}
-		e.unexp = umsgList{}
+		e.unexp = reqList{}
 	}
 	if laps := a.out[1].tail / n; laps < 40 {
 		t.Errorf("only %d laps of the ring", laps)
