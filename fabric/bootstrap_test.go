@@ -156,20 +156,17 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// TestTorchrunStyle starts four processes as torchrun would (RANK,
-// WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus the job secret; rank 0 starts
-// last, so the others must wait for its store.
-func TestTorchrunStyle(t *testing.T) {
+// runRanks starts the child once per rank, in the order given, with
+// env(rank) added, pausing between starts; it returns all their output.
+func runRanks(t *testing.T, order []int, pause time.Duration, env func(r int) []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	port := freePort(t)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var all strings.Builder
-	for r := 3; r >= 0; r-- {
+	for _, r := range order {
 		cmd := childCmd(ctx, t, os.Args[0])
-		cmd.Env = append(cmd.Env, "RANK="+strconv.Itoa(r), "WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1",
-			"MASTER_PORT="+port, "RIVET_JOB_SECRET=s3cret-for-the-test")
+		cmd.Env = append(cmd.Env, env(r)...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -181,40 +178,34 @@ func TestTorchrunStyle(t *testing.T) {
 				t.Errorf("rank %d: %v\n%s", r, err, out)
 			}
 		}()
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(pause)
 	}
 	wg.Wait()
-	checkRanks(t, all.String(), 4, "torchrun")
+	return all.String()
+}
+
+// TestTorchrunStyle starts four processes as torchrun would (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus the job secret; rank 0 starts
+// last, so the others must wait for its store.
+func TestTorchrunStyle(t *testing.T) {
+	port := freePort(t)
+	out := runRanks(t, []int{3, 2, 1, 0}, 100*time.Millisecond, func(r int) []string {
+		return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1",
+			"MASTER_PORT=" + port, "RIVET_JOB_SECRET=s3cret-for-the-test"}
+	})
+	checkRanks(t, out, 4, "torchrun")
 }
 
 // TestSlurmWithoutPMI starts four processes as srun --mpi=none would;
 // they meet at rank 0's store on the first node of the nodelist.
 func TestSlurmWithoutPMI(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	port := freePort(t)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var all strings.Builder
-	for r := 0; r < 4; r++ {
-		cmd := childCmd(ctx, t, os.Args[0])
-		cmd.Env = append(cmd.Env, "SLURM_PROCID="+strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_JOB_ID=4242",
-			"SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=localhost,nid[001-003]", "RIVET_RENDEZVOUS_PORT="+port,
-			"RIVET_JOB_SECRET=slurm-secret")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := cmd.CombinedOutput()
-			mu.Lock()
-			defer mu.Unlock()
-			all.Write(out)
-			if err != nil {
-				t.Errorf("rank %d: %v\n%s", r, err, out)
-			}
-		}()
-	}
-	wg.Wait()
-	checkRanks(t, all.String(), 4, "slurm")
+	out := runRanks(t, []int{0, 1, 2, 3}, 0, func(r int) []string {
+		return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_JOB_ID=4242",
+			"SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=localhost,nid[001-003]", "RIVET_RENDEZVOUS_PORT=" + port,
+			"RIVET_JOB_SECRET=slurm-secret"}
+	})
+	checkRanks(t, out, 4, "slurm")
 }
 
 func TestHostlist(t *testing.T) {
