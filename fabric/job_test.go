@@ -39,6 +39,7 @@ func runProg(name string) (status int) {
 	if h := preInit[name]; h != nil {
 		h()
 	}
+	fdsBefore := openFDs()
 	ep, err := Init(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
@@ -60,6 +61,19 @@ func runProg(name string) (status int) {
 	}
 	if err := ep.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: close: %v\n", ep.World().Rank(), err)
+		return 1
+	}
+	// Close leaves no file descriptor (but the netpoller's, and the PMI
+	// and -ft descriptors the launcher handed in, which Close also
+	// closes) and no mapping of a segment.
+	for fd, target := range openFDs() {
+		if _, ok := fdsBefore[fd]; !ok && target != "anon_inode:[eventpoll]" && target != "anon_inode:[eventfd]" {
+			fmt.Fprintf(os.Stderr, "rank %d: leaked fd %s -> %s\n", ep.World().Rank(), fd, target)
+			return 1
+		}
+	}
+	if maps, _ := os.ReadFile("/proc/self/maps"); strings.Contains(string(maps), "/dev/shm/rivet") {
+		fmt.Fprintf(os.Stderr, "rank %d: a segment is still mapped after Close\n", ep.World().Rank())
 		return 1
 	}
 	fmt.Printf("rank %d ok\n", ep.World().Rank())
@@ -91,4 +105,15 @@ func runOK(t *testing.T, n int, prog string, env ...string) string {
 		}
 	}
 	return out
+}
+
+func openFDs() map[string]string {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	m := make(map[string]string, len(ents))
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			m[e.Name()] = target
+		}
+	}
+	return m
 }
