@@ -51,8 +51,8 @@ func progAllocs(ctx context.Context, ep *Endpoint) error {
 	var err error
 	window := func() {
 		for i := 0; i < 8; i++ {
-			reqs[i] = w.irecv(r[i*8:i*8+8], peer, 2, w.id*2)
-			reqs[8+i] = w.isend(s, peer, 2, w.id*2)
+			reqs[i] = w.irecv(r[i*8:i*8+8], peer, 2, w.ctxUser())
+			reqs[8+i] = w.isend(s, peer, 2, w.ctxUser())
 		}
 		if e := WaitAll(ctx, reqs, sts); e != nil && err == nil {
 			err = e

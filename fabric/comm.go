@@ -29,12 +29,14 @@ const (
 type Comm struct {
 	ep    *Endpoint
 	e     *engine
-	id    uint32 // context id: traffic uses 2*id (user) and 2*id+1 (internal)
+	id    uint32 // context id: its traffic matches on 4*id+0 (user), +1 (management), +2 (collectives)
 	rank  int
 	ranks []int // comm rank -> world rank
 	index []int // world rank -> comm rank, or -1
 	freed atomic.Bool
 	world bool
+
+	collSeq int // the next schedule's tag; with e.mu held
 }
 
 func newComm(ep *Endpoint, id uint32, ranks []int) *Comm {
@@ -66,6 +68,13 @@ func (c *Comm) Group() Group {
 // ContextID is the communicator's context id, unique among the
 // communicators any one process belongs to; for logs and tests.
 func (c *Comm) ContextID() uint32 { return c.id }
+
+// The matching contexts of a communicator: user point-to-point, the
+// fabric's own management traffic (communicator creation), and schedules
+// (collectives), so that none can match another's messages.
+func (c *Comm) ctxUser() uint32 { return c.id * 4 }
+func (c *Comm) ctxMgmt() uint32 { return c.id*4 + 1 }
+func (c *Comm) ctxColl() uint32 { return c.id*4 + 2 }
 
 func (c *Comm) fromWorld(w int) int {
 	if w < 0 || w >= len(c.index) {
@@ -312,7 +321,7 @@ func (c *Comm) allgatherInternal(ctx context.Context, members []int, tag int, mi
 			continue
 		}
 		out[m] = make([]byte, len(mine))
-		reqs = append(reqs, c.irecv(out[m], m, tag, c.id*2+1), c.isend(mine, m, tag, c.id*2+1))
+		reqs = append(reqs, c.irecv(out[m], m, tag, c.ctxMgmt()), c.isend(mine, m, tag, c.ctxMgmt()))
 	}
 	if err := WaitAll(ctx, reqs, nil); err != nil {
 		return nil, err

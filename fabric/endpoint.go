@@ -186,7 +186,7 @@ func (ep *Endpoint) unlinkWhenMapped(ctx context.Context) error {
 		if r == ep.rank {
 			continue
 		}
-		reqs = append(reqs, w.irecv(nil, r, tagConnect, 1), w.isend(nil, r, tagConnect, 1))
+		reqs = append(reqs, w.irecv(nil, r, tagConnect, w.ctxMgmt()), w.isend(nil, r, tagConnect, w.ctxMgmt()))
 	}
 	if err := WaitAll(ctx, reqs, nil); err != nil {
 		return fmt.Errorf("fabric: connecting to the processes on this node: %w", err)

@@ -31,6 +31,8 @@ type engine struct {
 	pending []reqList // per world rank: sends waiting for room, in order
 	npend   int
 
+	scheds   []*Schedule // schedules in progress
+
 	failed   []error // per world rank: why it is gone; nil while alive
 	nfailed  int
 	health   *health
@@ -226,6 +228,9 @@ func (e *engine) progress() int {
 	for _, p := range e.provs {
 		n += p.poll(e, 64)
 	}
+	if len(e.scheds) > 0 {
+		n += e.advanceAll()
+	}
 	if e.npend > 0 {
 		for dest := range e.pending {
 			l := &e.pending[dest]
@@ -243,7 +248,11 @@ func (e *engine) progress() int {
 	return n
 }
 
-// cancel cancels r if no data of it has moved yet.
+// ErrAborted is the error of a collective whose wait was abandoned (its
+// context ended): it was withdrawn at this process.
+var ErrAborted = errors.New("fabric: collective aborted")
+
+// cancel cancels r if no data of it has moved yet, and aborts a schedule.
 func (e *engine) cancel(r *op) bool {
 	switch r.state {
 	case stPosted:
@@ -257,6 +266,10 @@ func (e *engine) cancel(r *op) bool {
 		if r.h.kind == frameRTS {
 			delete(e.rdv, r.h.id)
 		}
+	case stActive:
+		e.abort(r.sched, ErrAborted)
+		r.status.Cancelled = true
+		return true
 	default:
 		return false
 	}
@@ -457,6 +470,16 @@ func (e *engine) markFailed(peer int, cause error) {
 			e.finish(r, e.peerError(r.comm, peer, cause))
 		}
 		r = next
+	}
+	// A collective needs every member: those over a communicator with
+	// the failed process end now, at every rank that learns of it.
+	for i := 0; i < len(e.scheds); {
+		s := e.scheds[i]
+		if s.c.fromWorld(peer) >= 0 {
+			e.abort(s, e.peerError(s.c, peer, cause))
+			continue
+		}
+		i++
 	}
 }
 

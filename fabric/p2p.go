@@ -45,7 +45,7 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 	e := c.e
 	e.mu.Lock()
 	r := e.get()
-	c.initSend(r, buf, dest, tag, c.id*2)
+	c.initSend(r, buf, dest, tag, c.ctxUser())
 	e.startSend(r)
 	if r.state == stDone {
 		err := r.err
@@ -97,7 +97,7 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 	e := c.e
 	e.mu.Lock()
 	r := e.get()
-	c.postRecv(r, buf, src, tag, c.id*2)
+	c.postRecv(r, buf, src, tag, c.ctxUser())
 	if r.state == stDone {
 		st, err := r.status, r.err
 		e.release(r)
@@ -141,7 +141,7 @@ func (c *Comm) Isend(buf []byte, dest, tag int) (Request, error) {
 	if err := c.checkDest(dest, tag); err != nil {
 		return Request{}, err
 	}
-	return c.isend(buf, dest, tag, c.id*2), nil
+	return c.isend(buf, dest, tag, c.ctxUser()), nil
 }
 
 func (c *Comm) isend(buf []byte, dest, tag int, ctxID uint32) Request {
@@ -164,7 +164,7 @@ func (c *Comm) Irecv(buf []byte, src, tag int) (Request, error) {
 	if err := c.checkSource(src, tag); err != nil {
 		return Request{}, err
 	}
-	return c.irecv(buf, src, tag, c.id*2), nil
+	return c.irecv(buf, src, tag, c.ctxUser()), nil
 }
 
 func (c *Comm) irecv(buf []byte, src, tag int, ctxID uint32) Request {
@@ -199,7 +199,7 @@ func (c *Comm) Iprobe(src, tag int) (Status, bool, error) {
 
 func (c *Comm) probe(src, tag int) (Status, bool) {
 	for u := c.e.unexp.head; u != nil; u = u.next {
-		if matches(c.id*2, src, tag, &u.h) {
+		if matches(c.ctxUser(), src, tag, &u.h) {
 			return Status{Source: int(u.h.src), Tag: int(u.h.tag), Count: int(u.h.size)}, true
 		}
 	}
@@ -247,8 +247,8 @@ func (c *Comm) Sendrecv(ctx context.Context, sendbuf []byte, dest, sendtag int, 
 	}
 	var reqs [2]Request
 	var sts [2]Status
-	reqs[0] = c.irecv(recvbuf, src, recvtag, c.id*2)
-	reqs[1] = c.isend(sendbuf, dest, sendtag, c.id*2)
+	reqs[0] = c.irecv(recvbuf, src, recvtag, c.ctxUser())
+	reqs[1] = c.isend(sendbuf, dest, sendtag, c.ctxUser())
 	err := WaitAll(ctx, reqs[:], sts[:])
 	return sts[0], err
 }

@@ -47,6 +47,7 @@ type op struct {
 	h      hdr // the frame a send (or control op) sends
 	status Status
 	err    error
+	sched  *Schedule // reqSched: the schedule this op completes
 	next   *op
 	prev   *op
 }
@@ -56,6 +57,7 @@ const (
 	reqRecv
 	reqCtl   // a control frame waiting for room (FIN)
 	reqUnexp // an unexpected message: h, peer (world rank) and its payload in buf
+	reqSched // a schedule (collective) in progress
 )
 
 const (
@@ -63,6 +65,7 @@ const (
 	stPosted        // receive waiting for a match
 	stPending       // send waiting for room in the provider
 	stRdv           // rendezvous send waiting for FIN
+	stActive        // schedule in progress
 	stDone
 )
 

@@ -1,0 +1,493 @@
+package collectives
+
+import (
+	"github.com/rivet-hpc/rivet/fabric"
+)
+
+// Schedule builders: each adds an algorithm's rounds to s for this rank
+// (me of n). Buffers are byte views; esz is the element size, so blocks
+// are split on element boundaries.
+
+func barrierDissemination(s *fabric.Schedule, me, n int) {
+	for k := 1; k < n; k <<= 1 {
+		s.Send(nil, (me+k)%n)
+		s.Recv(nil, (me-k+n)%n)
+		s.Next()
+	}
+}
+
+// barrierTree gathers zero-byte messages up a binomial tree to rank 0 and
+// sends the release back down.
+func barrierTree(s *fabric.Schedule, me, n int) {
+	parent, children := binomial(me, n)
+	for _, ch := range children {
+		s.Recv(nil, ch)
+	}
+	s.Next()
+	if parent >= 0 {
+		s.Send(nil, parent)
+		s.Next()
+		s.Recv(nil, parent)
+		s.Next()
+	}
+	for _, ch := range children {
+		s.Send(nil, ch)
+	}
+	s.Next()
+}
+
+// binomial returns a rank's parent (-1 at the root) and children in the
+// binomial tree rooted at relative rank 0, smallest subtree last.
+func binomial(vr, n int) (parent int, children []int) {
+	parent = -1
+	mask := 1
+	for mask < n {
+		if vr&mask != 0 {
+			parent = vr - mask
+			break
+		}
+		mask <<= 1
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < n {
+			children = append(children, vr+mask)
+		}
+	}
+	return parent, children
+}
+
+func rel(r, root, n int) int  { return (r - root + n) % n }
+func abs(vr, root, n int) int { return (vr + root) % n }
+
+func bcastBinomial(s *fabric.Schedule, buf []byte, me, n, root int) {
+	parent, children := binomial(rel(me, root, n), n)
+	if parent >= 0 {
+		s.Recv(buf, abs(parent, root, n))
+		s.Next()
+	}
+	for _, ch := range children {
+		s.Send(buf, abs(ch, root, n))
+	}
+	s.Next()
+}
+
+// split divides count elements into n blocks as evenly as possible.
+func split(count, n int) (counts, displs []int) {
+	counts, displs = make([]int, n), make([]int, n)
+	off := 0
+	for i := range counts {
+		counts[i] = count / n
+		if i < count%n {
+			counts[i]++
+		}
+		displs[i] = off
+		off += counts[i]
+	}
+	return counts, displs
+}
+
+func block(b []byte, esz int, counts, displs []int, i int) []byte {
+	return b[displs[i]*esz : (displs[i]+counts[i])*esz]
+}
+
+// bcastScatterAllgather is van de Geijn's broadcast for long messages:
+// a binomial scatter of n blocks, then a ring allgather of them.
+func bcastScatterAllgather(s *fabric.Schedule, buf []byte, esz, me, n, root int) {
+	counts, displs := split(len(buf)/esz, n)
+	vr := rel(me, root, n)
+	// Relative rank v owns block v. A node receives the blocks of its
+	// subtree, [vr, vr+size), from its parent, and passes each child its
+	// subtree's.
+	span := func(lo, hi int) []byte { // blocks [lo, hi) by relative rank
+		hi = min(hi, n)
+		if lo >= hi {
+			return nil
+		}
+		return buf[displs[lo]*esz : (displs[hi-1]+counts[hi-1])*esz]
+	}
+	mask := 1
+	for mask < n && vr&mask == 0 {
+		mask <<= 1
+	}
+	if vr != 0 {
+		s.Recv(span(vr, vr+mask), abs(vr-mask, root, n))
+		s.Next()
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < n {
+			s.Send(span(vr+mask, vr+2*mask), abs(vr+mask, root, n))
+		}
+	}
+	s.Next()
+	// Blocks are in relative order; the ring runs over relative ranks.
+	right, left := abs((vr+1)%n, root, n), abs((vr-1+n)%n, root, n)
+	for step := 0; step < n-1; step++ {
+		sb, rb := (vr-step+n)%n, (vr-step-1+n)%n
+		s.Send(block(buf, esz, counts, displs, sb), right)
+		s.Recv(block(buf, esz, counts, displs, rb), left)
+		s.Next()
+	}
+}
+
+// reduceBinomial reduces acc (this rank's operand, overwritten) to
+// relative rank 0, in relative-rank order; the caller keeps the order
+// right for non-commutative ops by rooting at rank 0.
+func reduceBinomial(s *fabric.Schedule, acc []byte, op Op, me, n, root int) {
+	vr := rel(me, root, n)
+	tmp := make([]byte, len(acc))
+	scratch := make([]byte, len(acc))
+	for mask := 1; mask < n; mask <<= 1 {
+		if vr&mask != 0 {
+			s.Send(acc, abs(vr-mask, root, n))
+			s.Next()
+			return
+		}
+		if src := vr | mask; src < n {
+			s.Recv(tmp, abs(src, root, n))
+			s.Then(func() error { op.reduceLeft(acc, tmp, scratch); return nil })
+			s.Next()
+		}
+	}
+}
+
+// allreduceRecursiveDoubling: with n not a power of two, the first
+// 2·rem ranks pair up (even into odd) so that a power of two take part,
+// exchange and reduce log2 times, and the odd ones hand the result back.
+// Operand order is kept, so it serves non-commutative ops too.
+func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int) {
+	pof2 := 1
+	for pof2*2 <= n {
+		pof2 *= 2
+	}
+	rem := n - pof2
+	tmp := make([]byte, len(acc))
+	scratch := make([]byte, len(acc))
+	newrank := -1
+	switch {
+	case me < 2*rem && me%2 == 0:
+		s.Send(acc, me+1)
+		s.Next()
+	case me < 2*rem:
+		s.Recv(tmp, me-1)
+		s.Then(func() error { op.reduceRight(acc, tmp); return nil })
+		s.Next()
+		newrank = me / 2
+	default:
+		newrank = me - rem
+	}
+	if newrank >= 0 {
+		for mask := 1; mask < pof2; mask <<= 1 {
+			np := newrank ^ mask
+			partner := np + rem
+			if np < rem {
+				partner = np*2 + 1
+			}
+			s.Send(acc, partner)
+			s.Recv(tmp, partner)
+			if np < newrank {
+				s.Then(func() error { op.reduceRight(acc, tmp); return nil })
+			} else {
+				s.Then(func() error { op.reduceLeft(acc, tmp, scratch); return nil })
+			}
+			s.Next()
+		}
+	}
+	if me < 2*rem {
+		if me%2 == 1 {
+			s.Send(acc, me-1)
+		} else {
+			s.Recv(acc, me+1)
+		}
+		s.Next()
+	}
+}
+
+// allreduceRing: a ring reduce-scatter then a ring allgather over n
+// blocks — bandwidth-optimal for long vectors; commutative ops only.
+func allreduceRing(s *fabric.Schedule, acc []byte, op Op, esz, me, n int) {
+	counts, displs := split(len(acc)/esz, n)
+	right, left := (me+1)%n, (me-1+n)%n
+	tmp := make([]byte, (counts[0])*esz)
+	for step := 0; step < n-1; step++ {
+		sb, rb := (me-step+n)%n, (me-step-1+n)%n
+		dst := block(acc, esz, counts, displs, rb)
+		in := tmp[:len(dst)]
+		s.Send(block(acc, esz, counts, displs, sb), right)
+		s.Recv(in, left)
+		s.Then(func() error { op.fn(in, dst); return nil })
+		s.Next()
+	}
+	for step := 0; step < n-1; step++ {
+		sb, rb := (me+1-step+n)%n, (me-step+n)%n
+		s.Send(block(acc, esz, counts, displs, sb), right)
+		s.Recv(block(acc, esz, counts, displs, rb), left)
+		s.Next()
+	}
+}
+
+// allreduceReduceBcast: reduce to rank 0, then broadcast.
+func allreduceReduceBcast(s *fabric.Schedule, acc []byte, op Op, esz, me, n int) {
+	reduceBinomial(s, acc, op, me, n, 0)
+	bcastBinomial(s, acc, me, n, 0)
+}
+
+// gatherLinear: the root receives every block at once (Gather, Gatherv).
+func gatherLinear(s *fabric.Schedule, send, recv []byte, counts, displs []int, esz, me, n, root int) {
+	if me != root {
+		s.Send(send, root)
+		s.Next()
+		return
+	}
+	for r := 0; r < n; r++ {
+		if r != me {
+			s.Recv(block(recv, esz, counts, displs, r), r)
+		}
+	}
+	s.Next()
+}
+
+// gatherBinomial: each node gathers its subtree's blocks, in relative
+// order, and passes them up; the root puts them in rank order.
+func gatherBinomial(s *fabric.Schedule, send, recv []byte, me, n, root int) {
+	blk := len(send)
+	vr := rel(me, root, n)
+	mask := 1
+	for mask < n && vr&mask == 0 {
+		mask <<= 1
+	}
+	sub := min(mask, n-vr) // this node's subtree: relative ranks [vr, vr+sub)
+	if vr == 0 {
+		sub = n
+	}
+	tmp := make([]byte, sub*blk)
+	copy(tmp, send)
+	for m := 1; m < mask && vr+m < n; m <<= 1 {
+		s.Recv(tmp[m*blk:min(2*m, n-vr)*blk], abs(vr+m, root, n))
+	}
+	s.Next()
+	if vr != 0 {
+		s.Send(tmp, abs(vr-mask, root, n))
+		s.Next()
+		return
+	}
+	s.Then(func() error {
+		for v := 0; v < n; v++ {
+			r := abs(v, root, n)
+			copy(recv[r*blk:(r+1)*blk], tmp[v*blk:(v+1)*blk])
+		}
+		return nil
+	})
+	s.Next()
+}
+
+func scatterLinear(s *fabric.Schedule, send, recv []byte, counts, displs []int, esz, me, n, root int) {
+	if me != root {
+		s.Recv(recv, root)
+		s.Next()
+		return
+	}
+	for r := 0; r < n; r++ {
+		if r != me {
+			s.Send(block(send, esz, counts, displs, r), r)
+		}
+	}
+	s.Next()
+}
+
+// scatterBinomial: the root sends each child its subtree's blocks, in
+// relative order, and so on down.
+func scatterBinomial(s *fabric.Schedule, send, recv []byte, me, n, root int) {
+	blk := len(recv)
+	vr := rel(me, root, n)
+	mask := 1
+	for mask < n && vr&mask == 0 {
+		mask <<= 1
+	}
+	sub := min(mask, n-vr)
+	if vr == 0 {
+		sub = n
+	}
+	tmp := make([]byte, sub*blk)
+	if vr == 0 {
+		for v := 0; v < n; v++ {
+			r := abs(v, root, n)
+			copy(tmp[v*blk:(v+1)*blk], send[r*blk:(r+1)*blk])
+		}
+	} else {
+		s.Recv(tmp, abs(vr-mask, root, n))
+		s.Next()
+	}
+	for m := mask >> 1; m > 0; m >>= 1 {
+		if vr+m < n {
+			s.Send(tmp[m*blk:min(2*m, n-vr)*blk], abs(vr+m, root, n))
+		}
+	}
+	s.Then(func() error { copy(recv, tmp[:blk]); return nil })
+	s.Next()
+}
+
+// allgatherRing: n-1 steps, each passing one block to the right.
+func allgatherRing(s *fabric.Schedule, recv []byte, counts, displs []int, esz, me, n int) {
+	right, left := (me+1)%n, (me-1+n)%n
+	for step := 0; step < n-1; step++ {
+		s.Send(block(recv, esz, counts, displs, (me-step+n)%n), right)
+		s.Recv(block(recv, esz, counts, displs, (me-step-1+n)%n), left)
+		s.Next()
+	}
+}
+
+// allgatherRecursiveDoubling: log2 n exchanges of doubling halves; n must
+// be a power of two (the selector sees to it).
+func allgatherRecursiveDoubling(s *fabric.Schedule, recv []byte, blk, me, n int) {
+	for mask := 1; mask < n; mask <<= 1 {
+		partner := me ^ mask
+		mine, theirs := me&^(mask-1), partner&^(mask-1)
+		s.Send(recv[mine*blk:(mine+mask)*blk], partner)
+		s.Recv(recv[theirs*blk:(theirs+mask)*blk], partner)
+		s.Next()
+	}
+}
+
+// allgatherBruck: ceil(log2 n) steps for any n; blocks gather in a
+// rotated buffer that is put in rank order at the end.
+func allgatherBruck(s *fabric.Schedule, recv []byte, blk, me, n int) {
+	tmp := make([]byte, n*blk)
+	copy(tmp, recv[me*blk:(me+1)*blk])
+	for k := 1; k < n; k <<= 1 {
+		cnt := min(k, n-k)
+		s.Send(tmp[:cnt*blk], (me-k+n)%n)
+		s.Recv(tmp[k*blk:(k+cnt)*blk], (me+k)%n)
+		s.Next()
+	}
+	s.Then(func() error {
+		for i := 0; i < n; i++ {
+			r := (me + i) % n
+			copy(recv[r*blk:(r+1)*blk], tmp[i*blk:(i+1)*blk])
+		}
+		return nil
+	})
+	s.Next()
+}
+
+// alltoallPairwise: n-1 steps, sending to me+k and receiving from me-k.
+func alltoallPairwise(s *fabric.Schedule, send, recv []byte, scounts, sdispls, rcounts, rdispls []int, esz, me, n int) {
+	copy(block(recv, esz, rcounts, rdispls, me), block(send, esz, scounts, sdispls, me))
+	for k := 1; k < n; k++ {
+		to, from := (me+k)%n, (me-k+n)%n
+		s.Send(block(send, esz, scounts, sdispls, to), to)
+		s.Recv(block(recv, esz, rcounts, rdispls, from), from)
+		s.Next()
+	}
+}
+
+// alltoallLinear: every message at once, in one round.
+func alltoallLinear(s *fabric.Schedule, send, recv []byte, scounts, sdispls, rcounts, rdispls []int, esz, me, n int) {
+	copy(block(recv, esz, rcounts, rdispls, me), block(send, esz, scounts, sdispls, me))
+	for k := 1; k < n; k++ {
+		to, from := (me+k)%n, (me-k+n)%n
+		s.Send(block(send, esz, scounts, sdispls, to), to)
+		s.Recv(block(recv, esz, rcounts, rdispls, from), from)
+	}
+	s.Next()
+}
+
+// alltoallBruck: ceil(log2 n) steps for small blocks: rotate, then in
+// step k send every block whose index has bit k set to me+k, and rotate
+// back at the end.
+func alltoallBruck(s *fabric.Schedule, send, recv []byte, blk, me, n int) {
+	tmp := make([]byte, n*blk)
+	for i := 0; i < n; i++ { // tmp[i] = the block for me+i
+		r := (me + i) % n
+		copy(tmp[i*blk:(i+1)*blk], send[r*blk:(r+1)*blk])
+	}
+	for k := 1; k < n; k <<= 1 {
+		var idx []int
+		for i := 0; i < n; i++ {
+			if i&k != 0 {
+				idx = append(idx, i)
+			}
+		}
+		out := make([]byte, len(idx)*blk)
+		in := make([]byte, len(idx)*blk)
+		s.Then(func() error {
+			for j, i := range idx {
+				copy(out[j*blk:(j+1)*blk], tmp[i*blk:(i+1)*blk])
+			}
+			return nil
+		})
+		s.Next()
+		s.Send(out, (me+k)%n)
+		s.Recv(in, (me-k+n)%n)
+		s.Then(func() error {
+			for j, i := range idx {
+				copy(tmp[i*blk:(i+1)*blk], in[j*blk:(j+1)*blk])
+			}
+			return nil
+		})
+		s.Next()
+	}
+	s.Then(func() error { // tmp[i] now came from me-i
+		for i := 0; i < n; i++ {
+			r := (me - i + n) % n
+			copy(recv[r*blk:(r+1)*blk], tmp[i*blk:(i+1)*blk])
+		}
+		return nil
+	})
+	s.Next()
+}
+
+// scanRecursiveDoubling: inclusive (or, with exclusive, exclusive)
+// prefix reduction in rank order in log2 n exchanges.
+func scanRecursiveDoubling(s *fabric.Schedule, send, recv []byte, op Op, me, n int, exclusive bool) {
+	partial := append([]byte(nil), send...)
+	tmp := make([]byte, len(send))
+	scratch := make([]byte, len(send))
+	have := !exclusive // whether recv holds a value yet
+	if !exclusive {
+		copy(recv, send)
+	}
+	for mask := 1; mask < n; mask <<= 1 {
+		partner := me ^ mask
+		if partner >= n {
+			continue
+		}
+		s.Send(partial, partner)
+		s.Recv(tmp, partner)
+		if partner < me {
+			first := !have
+			s.Then(func() error {
+				if first {
+					copy(recv, tmp)
+				} else {
+					op.reduceRight(recv, tmp)
+				}
+				op.reduceRight(partial, tmp)
+				return nil
+			})
+			have = true
+		} else {
+			s.Then(func() error { op.reduceLeft(partial, tmp, scratch); return nil })
+		}
+		s.Next()
+	}
+}
+
+// reduceScatterRing: n-1 steps passing partial sums of one block to the
+// right; rank me ends with block me reduced. Commutative ops only.
+func reduceScatterRing(s *fabric.Schedule, acc []byte, counts, displs []int, op Op, esz, me, n int) {
+	right, left := (me+1)%n, (me-1+n)%n
+	most := 0
+	for _, k := range counts {
+		most = max(most, k)
+	}
+	tmp := make([]byte, most*esz)
+	for step := 0; step < n-1; step++ {
+		sb, rb := (me-step-1+2*n)%n, (me-step-2+2*n)%n
+		dst := block(acc, esz, counts, displs, rb)
+		in := tmp[:len(dst)]
+		s.Send(block(acc, esz, counts, displs, sb), right)
+		s.Recv(in, left)
+		s.Then(func() error { op.fn(in, dst); return nil })
+		s.Next()
+	}
+}

@@ -1,0 +1,655 @@
+// Package collectives implements MPI's collective operations over fabric
+// communicators: barrier, broadcast, reductions, gathers, scatters,
+// all-to-all and scans, blocking and nonblocking (I…), on slices of any
+// pointer-free element type.
+//
+// Each call builds a fabric.Schedule with an algorithm chosen by message
+// and communicator size (see Force and docs/collectives.md) and starts it;
+// the blocking forms wait on it. Nonblocking collectives progress inside
+// any wait or test, and several may be outstanding on one communicator;
+// every process must start a communicator's collectives in the same order.
+//
+// Errors are local, as MPI says: when a process fails, every survivor's
+// collective over a communicator that includes it returns an error
+// wrapping fabric.ErrProcFailed, but one process may have succeeded
+// while another fails.
+package collectives
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"unsafe"
+
+	"github.com/rivet-hpc/rivet/fabric"
+)
+
+// ErrCount is returned for counts or buffers that do not fit the call.
+var ErrCount = fmt.Errorf("collectives: counts and buffers do not fit: %w", fabric.ErrInvalid)
+
+// ErrType is returned for element types that hold pointers: their bytes
+// mean nothing in another process.
+var ErrType = fmt.Errorf("collectives: element type holds pointers: %w", fabric.ErrInvalid)
+
+var plainTypes sync.Map // reflect.Type -> error
+
+func checkType[T any]() error {
+	t := reflect.TypeFor[T]()
+	if v, ok := plainTypes.Load(t); ok {
+		if v == nil {
+			return nil
+		}
+		return v.(error)
+	}
+	var err error
+	if hasPointers(t) {
+		err = fmt.Errorf("%w: %v", ErrType, t)
+	}
+	plainTypes.Store(t, err)
+	return err
+}
+
+func hasPointers(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Array:
+		return hasPointers(t.Elem())
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			if hasPointers(t.Field(i).Type) {
+				return true
+			}
+		}
+		return false
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface, reflect.String, reflect.UnsafePointer:
+		return true
+	}
+	return false
+}
+
+func size[T any]() int {
+	var z T
+	return int(unsafe.Sizeof(z))
+}
+
+func bytesOf[T any](s []T) []byte {
+	if len(s) == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*size[T]())
+}
+
+// begin validates the communicator, the element type and (unless noRoot)
+// the root, and begins a schedule.
+func begin[T any](c *fabric.Comm, root int) (*fabric.Schedule, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil", fabric.ErrComm)
+	}
+	if err := checkType[T](); err != nil {
+		return nil, err
+	}
+	if root != noRoot && (root < 0 || root >= c.Size()) {
+		return nil, fmt.Errorf("%w: root %d in a communicator of %d", fabric.ErrRank, root, c.Size())
+	}
+	return c.NewSchedule()
+}
+
+const noRoot = -1 << 30
+
+func wait(ctx context.Context, r fabric.Request, err error) error {
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait(ctx)
+	return err
+}
+
+func countErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCount}, args...)...)
+}
+
+// Barrier blocks until every process of c has entered it (MPI_Barrier).
+func Barrier(ctx context.Context, c *fabric.Comm) error {
+	r, err := Ibarrier(c)
+	return wait(ctx, r, err)
+}
+
+// Ibarrier is the nonblocking Barrier.
+func Ibarrier(c *fabric.Comm) (fabric.Request, error) {
+	s, err := begin[byte](c, noRoot)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n := c.Rank(), c.Size()
+	switch choose("barrier", 0, n, true) {
+	case Tree:
+		barrierTree(s, me, n)
+	default:
+		barrierDissemination(s, me, n)
+	}
+	return s.Start()
+}
+
+// Bcast sends root's buf to every process's buf (MPI_Bcast).
+func Bcast[T any](ctx context.Context, c *fabric.Comm, buf []T, root int) error {
+	r, err := Ibcast(c, buf, root)
+	return wait(ctx, r, err)
+}
+
+// Ibcast is the nonblocking Bcast.
+func Ibcast[T any](c *fabric.Comm, buf []T, root int) (fabric.Request, error) {
+	s, err := begin[T](c, root)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	b, me, n := bytesOf(buf), c.Rank(), c.Size()
+	switch choose("bcast", len(b), n, true) {
+	case ScatterAllgather:
+		bcastScatterAllgather(s, b, size[T](), me, n, root)
+	default:
+		bcastBinomial(s, b, me, n, root)
+	}
+	return s.Start()
+}
+
+// Reduce combines every process's send with op into root's recv, in rank
+// order (MPI_Reduce). With send nil, root's recv holds its operand (in
+// place). recv matters only at root.
+func Reduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op, root int) error {
+	r, err := Ireduce(c, send, recv, op, root)
+	return wait(ctx, r, err)
+}
+
+// Ireduce is the nonblocking Reduce.
+func Ireduce[T any](c *fabric.Comm, send, recv []T, op Op, root int) (fabric.Request, error) {
+	if err := checkOp[T](op); err != nil {
+		return fabric.Request{}, err
+	}
+	if c != nil && c.Rank() == root && send != nil && len(send) != len(recv) {
+		return fabric.Request{}, countErr("send has %d elements, recv %d", len(send), len(recv))
+	}
+	if c != nil && c.Rank() != root && send == nil {
+		return fabric.Request{}, countErr("only the root may reduce in place")
+	}
+	s, err := begin[T](c, root)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n := c.Rank(), c.Size()
+	var acc []byte
+	if me == root {
+		acc = bytesOf(recv)
+		if send != nil {
+			copy(acc, bytesOf(send))
+		}
+	} else {
+		acc = append([]byte(nil), bytesOf(send)...)
+	}
+	if op.commutative || root == 0 {
+		reduceBinomial(s, acc, op, me, n, root)
+		return s.Start()
+	}
+	// Rank order needs the tree rooted at rank 0; it then hands over.
+	if me == 0 {
+		reduceBinomial(s, acc, op, me, n, 0)
+		s.Send(acc, root)
+		s.Next()
+	} else {
+		reduceBinomial(s, acc, op, me, n, 0)
+		if me == root {
+			s.Recv(acc, 0)
+			s.Next()
+		}
+	}
+	return s.Start()
+}
+
+// Allreduce combines every process's send with op into every recv
+// (MPI_Allreduce). With send nil, recv holds the operand (in place).
+func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
+	r, err := Iallreduce(c, send, recv, op)
+	return wait(ctx, r, err)
+}
+
+// Iallreduce is the nonblocking Allreduce.
+func Iallreduce[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
+	if err := checkOp[T](op); err != nil {
+		return fabric.Request{}, err
+	}
+	if send != nil && len(send) != len(recv) {
+		return fabric.Request{}, countErr("send has %d elements, recv %d", len(send), len(recv))
+	}
+	s, err := begin[T](c, noRoot)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	acc, me, n := bytesOf(recv), c.Rank(), c.Size()
+	if send != nil {
+		copy(acc, bytesOf(send))
+	}
+	switch choose("allreduce", len(acc), n, op.commutative) {
+	case Ring:
+		allreduceRing(s, acc, op, size[T](), me, n)
+	case ReduceBcast:
+		allreduceReduceBcast(s, acc, op, size[T](), me, n)
+	default:
+		allreduceRecursiveDoubling(s, acc, op, me, n)
+	}
+	return s.Start()
+}
+
+// Gather collects every process's send into root's recv, in rank order
+// (MPI_Gather); recv (root only) holds Size()·len(send) elements. With
+// send nil at root, root's block is already in place in recv.
+func Gather[T any](ctx context.Context, c *fabric.Comm, send, recv []T, root int) error {
+	r, err := Igather(c, send, recv, root)
+	return wait(ctx, r, err)
+}
+
+// Igather is the nonblocking Gather.
+func Igather[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
+	s, err := checkedRoot[T](c, root)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n := c.Rank(), c.Size()
+	if me != root && send == nil {
+		return abandon(s, countErr("only the root may gather in place"))
+	}
+	blk := len(send)
+	if me == root {
+		if send == nil {
+			blk = len(recv) / n
+		}
+		if len(recv) != n*blk {
+			return abandon(s, countErr("recv has %d elements, not %d×%d", len(recv), n, blk))
+		}
+	}
+	sb, rb, esz := bytesOf(send), bytesOf(recv), size[T]()
+	if me == root && send == nil {
+		sb = rb[me*blk*esz : (me+1)*blk*esz]
+	} else if me == root {
+		copy(rb[me*blk*esz:], sb)
+	}
+	if choose("gather", len(sb), n, true) == Linear {
+		counts, displs := equal(blk, n)
+		gatherLinear(s, sb, rb, counts, displs, esz, me, n, root)
+	} else {
+		gatherBinomial(s, append([]byte(nil), sb...), rb, me, n, root)
+	}
+	return s.Start()
+}
+
+// equal is counts and displacements of n blocks of blk elements.
+func equal(blk, n int) (counts, displs []int) {
+	counts, displs = make([]int, n), make([]int, n)
+	for i := range counts {
+		counts[i], displs[i] = blk, i*blk
+	}
+	return counts, displs
+}
+
+// checkVector checks counts and displacements against a buffer of total
+// elements.
+func checkVector(counts, displs []int, n, total int) error {
+	if len(counts) != n || len(displs) != n {
+		return countErr("%d counts and %d displacements for %d processes", len(counts), len(displs), n)
+	}
+	for i := range counts {
+		if counts[i] < 0 || displs[i] < 0 || displs[i]+counts[i] > total {
+			return countErr("block %d (%d elements at %d) is outside a buffer of %d", i, counts[i], displs[i], total)
+		}
+	}
+	return nil
+}
+
+// checkedRoot starts a rooted collective's schedule.
+func checkedRoot[T any](c *fabric.Comm, root int) (*fabric.Schedule, error) {
+	return begin[T](c, root)
+}
+
+// abandon ends a schedule that was begun but cannot run: it still runs,
+// empty, so that this process's collective sequence stays in step with
+// the others', and its error is this one.
+func abandon(s *fabric.Schedule, err error) (fabric.Request, error) {
+	s.Then(func() error { return err })
+	return s.Start()
+}
+
+// Gatherv is Gather with a count and displacement per process (MPI_Gatherv);
+// counts and displs matter at root only.
+func Gatherv[T any](ctx context.Context, c *fabric.Comm, send, recv []T, counts, displs []int, root int) error {
+	r, err := Igatherv(c, send, recv, counts, displs, root)
+	return wait(ctx, r, err)
+}
+
+// Igatherv is the nonblocking Gatherv.
+func Igatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int, root int) (fabric.Request, error) {
+	s, err := checkedRoot[T](c, root)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n, esz := c.Rank(), c.Size(), size[T]()
+	sb, rb := bytesOf(send), bytesOf(recv)
+	if me == root {
+		if err := checkVector(counts, displs, n, len(recv)); err != nil {
+			return abandon(s, err)
+		}
+		if send != nil {
+			if len(send) != counts[me] {
+				return abandon(s, countErr("root sends %d elements, its count is %d", len(send), counts[me]))
+			}
+			copy(rb[displs[me]*esz:], sb)
+		}
+	}
+	gatherLinear(s, sb, rb, counts, displs, esz, me, n, root)
+	return s.Start()
+}
+
+// Scatter sends block i of root's send (Size() blocks of len(recv)
+// elements) to process i's recv (MPI_Scatter). With recv nil at root,
+// root's block stays in place in send.
+func Scatter[T any](ctx context.Context, c *fabric.Comm, send, recv []T, root int) error {
+	r, err := Iscatter(c, send, recv, root)
+	return wait(ctx, r, err)
+}
+
+// Iscatter is the nonblocking Scatter.
+func Iscatter[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
+	s, err := checkedRoot[T](c, root)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n, esz := c.Rank(), c.Size(), size[T]()
+	blk := len(recv)
+	if me == root {
+		if recv == nil {
+			blk = len(send) / n
+		}
+		if len(send) != n*blk {
+			return abandon(s, countErr("send has %d elements, not %d×%d", len(send), n, blk))
+		}
+	} else if recv == nil {
+		return abandon(s, countErr("only the root may scatter in place"))
+	}
+	sb, rb := bytesOf(send), bytesOf(recv)
+	if me == root && recv == nil {
+		rb = make([]byte, blk*esz) // the root's own block stays where it is
+	}
+	if choose("scatter", blk*esz, n, true) == Linear {
+		counts, displs := equal(blk, n)
+		if me == root {
+			copy(rb, sb[me*blk*esz:(me+1)*blk*esz])
+		}
+		scatterLinear(s, sb, rb, counts, displs, esz, me, n, root)
+	} else {
+		scatterBinomial(s, sb, rb, me, n, root)
+	}
+	return s.Start()
+}
+
+// Scatterv is Scatter with a count and displacement per process
+// (MPI_Scatterv); counts and displs matter at root only.
+func Scatterv[T any](ctx context.Context, c *fabric.Comm, send []T, counts, displs []int, recv []T, root int) error {
+	r, err := Iscatterv(c, send, counts, displs, recv, root)
+	return wait(ctx, r, err)
+}
+
+// Iscatterv is the nonblocking Scatterv.
+func Iscatterv[T any](c *fabric.Comm, send []T, counts, displs []int, recv []T, root int) (fabric.Request, error) {
+	s, err := checkedRoot[T](c, root)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n, esz := c.Rank(), c.Size(), size[T]()
+	sb, rb := bytesOf(send), bytesOf(recv)
+	if me == root {
+		if err := checkVector(counts, displs, n, len(send)); err != nil {
+			return abandon(s, err)
+		}
+		if recv != nil {
+			if len(recv) != counts[me] {
+				return abandon(s, countErr("root receives %d elements, its count is %d", len(recv), counts[me]))
+			}
+			copy(rb, block(sb, esz, counts, displs, me))
+		}
+	}
+	scatterLinear(s, sb, rb, counts, displs, esz, me, n, root)
+	return s.Start()
+}
+
+// Allgather collects every process's send into every recv, in rank order
+// (MPI_Allgather); recv holds Size()·len(send) elements. With send nil,
+// each process's block is already in place in recv.
+func Allgather[T any](ctx context.Context, c *fabric.Comm, send, recv []T) error {
+	r, err := Iallgather(c, send, recv)
+	return wait(ctx, r, err)
+}
+
+// Iallgather is the nonblocking Allgather.
+func Iallgather[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
+	s, err := begin[T](c, noRoot)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n, esz := c.Rank(), c.Size(), size[T]()
+	blk := len(send)
+	if send == nil {
+		blk = len(recv) / n
+	}
+	if len(recv) != n*blk {
+		return abandon(s, countErr("recv has %d elements, not %d×%d", len(recv), n, blk))
+	}
+	rb := bytesOf(recv)
+	if send != nil {
+		copy(rb[me*blk*esz:], bytesOf(send))
+	}
+	switch choose("allgather", blk*esz, n, true) {
+	case RecursiveDoubling:
+		allgatherRecursiveDoubling(s, rb, blk*esz, me, n)
+	case Bruck:
+		allgatherBruck(s, rb, blk*esz, me, n)
+	default:
+		counts, displs := equal(blk, n)
+		allgatherRing(s, rb, counts, displs, esz, me, n)
+	}
+	return s.Start()
+}
+
+// Allgatherv is Allgather with a count and displacement per process
+// (MPI_Allgatherv).
+func Allgatherv[T any](ctx context.Context, c *fabric.Comm, send, recv []T, counts, displs []int) error {
+	r, err := Iallgatherv(c, send, recv, counts, displs)
+	return wait(ctx, r, err)
+}
+
+// Iallgatherv is the nonblocking Allgatherv.
+func Iallgatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int) (fabric.Request, error) {
+	s, err := begin[T](c, noRoot)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n, esz := c.Rank(), c.Size(), size[T]()
+	if err := checkVector(counts, displs, n, len(recv)); err != nil {
+		return abandon(s, err)
+	}
+	rb := bytesOf(recv)
+	if send != nil {
+		if len(send) != counts[me] {
+			return abandon(s, countErr("send has %d elements, this process's count is %d", len(send), counts[me]))
+		}
+		copy(rb[displs[me]*esz:], bytesOf(send))
+	}
+	allgatherRing(s, rb, counts, displs, esz, me, n)
+	return s.Start()
+}
+
+// Alltoall sends block i of send to process i, which receives it as block
+// me of its recv (MPI_Alltoall); both hold Size() equal blocks.
+func Alltoall[T any](ctx context.Context, c *fabric.Comm, send, recv []T) error {
+	r, err := Ialltoall(c, send, recv)
+	return wait(ctx, r, err)
+}
+
+// Ialltoall is the nonblocking Alltoall.
+func Ialltoall[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
+	s, err := begin[T](c, noRoot)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n, esz := c.Rank(), c.Size(), size[T]()
+	if len(send) != len(recv) || len(send)%n != 0 {
+		return abandon(s, countErr("send has %d elements and recv %d; both must be %d equal blocks", len(send), len(recv), n))
+	}
+	blk := len(send) / n
+	sb, rb := bytesOf(send), bytesOf(recv)
+	switch choose("alltoall", blk*esz, n, true) {
+	case Bruck:
+		alltoallBruck(s, sb, rb, blk*esz, me, n)
+	case Linear:
+		counts, displs := equal(blk, n)
+		alltoallLinear(s, sb, rb, counts, displs, counts, displs, esz, me, n)
+	default:
+		counts, displs := equal(blk, n)
+		alltoallPairwise(s, sb, rb, counts, displs, counts, displs, esz, me, n)
+	}
+	return s.Start()
+}
+
+// Alltoallv is Alltoall with a count and displacement per block on both
+// sides (MPI_Alltoallv).
+func Alltoallv[T any](ctx context.Context, c *fabric.Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
+	r, err := Ialltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls)
+	return wait(ctx, r, err)
+}
+
+// Ialltoallv is the nonblocking Alltoallv.
+func Ialltoallv[T any](c *fabric.Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (fabric.Request, error) {
+	s, err := begin[T](c, noRoot)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n, esz := c.Rank(), c.Size(), size[T]()
+	if err := checkVector(scounts, sdispls, n, len(send)); err != nil {
+		return abandon(s, err)
+	}
+	if err := checkVector(rcounts, rdispls, n, len(recv)); err != nil {
+		return abandon(s, err)
+	}
+	if scounts[me] != rcounts[me] {
+		return abandon(s, countErr("this process sends itself %d elements but expects %d", scounts[me], rcounts[me]))
+	}
+	sb, rb := bytesOf(send), bytesOf(recv)
+	if choose("alltoallv", 0, n, true) == Linear {
+		alltoallLinear(s, sb, rb, scounts, sdispls, rcounts, rdispls, esz, me, n)
+	} else {
+		alltoallPairwise(s, sb, rb, scounts, sdispls, rcounts, rdispls, esz, me, n)
+	}
+	return s.Start()
+}
+
+// ReduceScatter reduces send (the sum of counts elements) with op and
+// leaves block i, of counts[i] elements, in process i's recv
+// (MPI_Reduce_scatter).
+func ReduceScatter[T any](ctx context.Context, c *fabric.Comm, send, recv []T, counts []int, op Op) error {
+	r, err := IreduceScatter(c, send, recv, counts, op)
+	return wait(ctx, r, err)
+}
+
+// IreduceScatter is the nonblocking ReduceScatter.
+func IreduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, op Op) (fabric.Request, error) {
+	if err := checkOp[T](op); err != nil {
+		return fabric.Request{}, err
+	}
+	s, err := begin[T](c, noRoot)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	me, n, esz := c.Rank(), c.Size(), size[T]()
+	if len(counts) != n {
+		return abandon(s, countErr("%d counts for %d processes", len(counts), n))
+	}
+	displs, total := make([]int, n), 0
+	for i, k := range counts {
+		if k < 0 {
+			return abandon(s, countErr("count %d is negative", i))
+		}
+		displs[i], total = total, total+k
+	}
+	if len(send) != total || len(recv) != counts[me] {
+		return abandon(s, countErr("send has %d elements (counts sum to %d), recv %d (count %d)", len(send), total, len(recv), counts[me]))
+	}
+	acc := append([]byte(nil), bytesOf(send)...)
+	rb := bytesOf(recv)
+	if choose("reduce_scatter", total*esz/n, n, op.commutative) == Ring {
+		reduceScatterRing(s, acc, counts, displs, op, esz, me, n)
+		s.Then(func() error { copy(rb, block(acc, esz, counts, displs, me)); return nil })
+	} else {
+		// Reduce to rank 0 in rank order, then scatter the blocks.
+		reduceBinomial(s, acc, op, me, n, 0)
+		scatterLinear(s, acc, rb, counts, displs, esz, me, n, 0)
+		if me == 0 {
+			s.Then(func() error { copy(rb, block(acc, esz, counts, displs, 0)); return nil })
+		}
+	}
+	return s.Start()
+}
+
+// ReduceScatterBlock is ReduceScatter with equal blocks of len(recv)
+// elements (MPI_Reduce_scatter_block).
+func ReduceScatterBlock[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
+	r, err := IreduceScatterBlock(c, send, recv, op)
+	return wait(ctx, r, err)
+}
+
+// IreduceScatterBlock is the nonblocking ReduceScatterBlock.
+func IreduceScatterBlock[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
+	if c == nil {
+		return fabric.Request{}, fmt.Errorf("%w: nil", fabric.ErrComm)
+	}
+	counts, _ := equal(len(recv), c.Size())
+	return IreduceScatter(c, send, recv, counts, op)
+}
+
+// Scan leaves in process i's recv the reduction of send over processes
+// 0…i (MPI_Scan). With send nil, recv holds the operand (in place).
+func Scan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
+	r, err := Iscan(c, send, recv, op)
+	return wait(ctx, r, err)
+}
+
+// Iscan is the nonblocking Scan.
+func Iscan[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
+	return scan(c, send, recv, op, false)
+}
+
+// Exscan leaves in process i's recv the reduction over processes 0…i-1
+// (MPI_Exscan); rank 0's recv is left as it was.
+func Exscan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
+	r, err := Iexscan(c, send, recv, op)
+	return wait(ctx, r, err)
+}
+
+// Iexscan is the nonblocking Exscan.
+func Iexscan[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
+	return scan(c, send, recv, op, true)
+}
+
+func scan[T any](c *fabric.Comm, send, recv []T, op Op, exclusive bool) (fabric.Request, error) {
+	if err := checkOp[T](op); err != nil {
+		return fabric.Request{}, err
+	}
+	if send != nil && len(send) != len(recv) {
+		return fabric.Request{}, countErr("send has %d elements, recv %d", len(send), len(recv))
+	}
+	s, err := begin[T](c, noRoot)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	sb := bytesOf(send)
+	if send == nil {
+		sb = append([]byte(nil), bytesOf(recv)...)
+	}
+	scanRecursiveDoubling(s, sb, bytesOf(recv), op, c.Rank(), c.Size(), exclusive)
+	return s.Start()
+}

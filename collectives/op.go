@@ -1,0 +1,207 @@
+package collectives
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"unsafe"
+)
+
+// Op is a reduction operation over elements of one type (MPI_Op). Build
+// one with the built-ins — Sum, Prod, Min, Max, Band, Bor, Bxor, Land,
+// Lor, Lxor, MinLoc, MaxLoc — or NewOp. Ops are values; building one
+// allocates nothing (NewOp once).
+type Op struct {
+	name        string
+	commutative bool
+	elem        reflect.Type
+	// fn sets inout[i] = in[i] ⊕ inout[i], in holding the operand of
+	// the lower ranks — MPI's convention for user functions.
+	fn func(in, inout []byte)
+}
+
+// Name is the operation's name ("sum", "minloc", or NewOp's).
+func (o Op) Name() string { return o.name }
+
+// Commutative reports whether operand order does not matter; a
+// non-commutative Op is applied in rank order.
+func (o Op) Commutative() bool { return o.commutative }
+
+// ErrOp is returned for a missing Op or one built for another element type.
+var ErrOp = errors.New("collectives: invalid reduction operation")
+
+func checkOp[T any](o Op) error {
+	if o.fn == nil {
+		return fmt.Errorf("%w: none given", ErrOp)
+	}
+	if t := reflect.TypeFor[T](); o.elem != t {
+		return fmt.Errorf("%w: %s is for %v, the buffers hold %v", ErrOp, o.name, o.elem, t)
+	}
+	return nil
+}
+
+// Integer and Float are the element types of the built-in operations.
+type (
+	Integer interface {
+		~int | ~int8 | ~int16 | ~int32 | ~int64 | ~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uintptr
+	}
+	Float  interface{ ~float32 | ~float64 }
+	Number interface{ Integer | Float }
+)
+
+func view[T any](b []byte) []T {
+	var z T
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/int(unsafe.Sizeof(z)))
+}
+
+func builtin[T any](name string, fn func(in, inout []T)) Op {
+	return Op{name: name, commutative: true, elem: reflect.TypeFor[T](), fn: func(in, inout []byte) { fn(view[T](in), view[T](inout)) }}
+}
+
+// Sum is MPI_SUM.
+func Sum[T Number | ~complex64 | ~complex128]() Op { return builtin[T]("sum", sumFn[T]) }
+
+// Prod is MPI_PROD.
+func Prod[T Number | ~complex64 | ~complex128]() Op { return builtin[T]("prod", prodFn[T]) }
+
+// Min is MPI_MIN.
+func Min[T Number]() Op { return builtin[T]("min", minFn[T]) }
+
+// Max is MPI_MAX.
+func Max[T Number]() Op { return builtin[T]("max", maxFn[T]) }
+
+// Band, Bor and Bxor are MPI_BAND, MPI_BOR and MPI_BXOR.
+func Band[T Integer]() Op { return builtin[T]("band", bandFn[T]) }
+func Bor[T Integer]() Op  { return builtin[T]("bor", borFn[T]) }
+func Bxor[T Integer]() Op { return builtin[T]("bxor", bxorFn[T]) }
+
+// Land, Lor and Lxor are MPI_LAND, MPI_LOR and MPI_LXOR: non-zero is
+// true, and the result is 1 or 0.
+func Land[T Number]() Op { return builtin[T]("land", landFn[T]) }
+func Lor[T Number]() Op  { return builtin[T]("lor", lorFn[T]) }
+func Lxor[T Number]() Op { return builtin[T]("lxor", lxorFn[T]) }
+
+// Loc is a value with the index it came from, for MinLoc and MaxLoc (MPI's
+// pair types such as MPI_DOUBLE_INT).
+type Loc[T Number] struct {
+	Value T
+	Index int32
+}
+
+// MinLoc is MPI_MINLOC: the smallest value, and on ties the smallest index.
+func MinLoc[T Number]() Op { return builtin[Loc[T]]("minloc", minLocFn[T]) }
+
+// MaxLoc is MPI_MAXLOC: the largest value, and on ties the smallest index.
+func MaxLoc[T Number]() Op { return builtin[Loc[T]]("maxloc", maxLocFn[T]) }
+
+// NewOp makes a user-defined operation: fn sets inout[i] = in[i] ⊕
+// inout[i], where in holds the lower ranks' operand. A non-commutative
+// op is applied in rank order.
+func NewOp[T any](name string, commutative bool, fn func(in, inout []T)) Op {
+	o := builtin[T](name, fn)
+	o.commutative = commutative
+	return o
+}
+
+func sumFn[T Number | ~complex64 | ~complex128](in, inout []T) {
+	for i := range inout {
+		inout[i] = in[i] + inout[i]
+	}
+}
+
+func prodFn[T Number | ~complex64 | ~complex128](in, inout []T) {
+	for i := range inout {
+		inout[i] = in[i] * inout[i]
+	}
+}
+
+func minFn[T Number](in, inout []T) {
+	for i := range inout {
+		inout[i] = min(in[i], inout[i])
+	}
+}
+
+func maxFn[T Number](in, inout []T) {
+	for i := range inout {
+		inout[i] = max(in[i], inout[i])
+	}
+}
+
+func bandFn[T Integer](in, inout []T) {
+	for i := range inout {
+		inout[i] &= in[i]
+	}
+}
+
+func borFn[T Integer](in, inout []T) {
+	for i := range inout {
+		inout[i] |= in[i]
+	}
+}
+
+func bxorFn[T Integer](in, inout []T) {
+	for i := range inout {
+		inout[i] ^= in[i]
+	}
+}
+
+func truth[T Number](b bool) T {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func landFn[T Number](in, inout []T) {
+	for i := range inout {
+		inout[i] = truth[T](in[i] != 0 && inout[i] != 0)
+	}
+}
+
+func lorFn[T Number](in, inout []T) {
+	for i := range inout {
+		inout[i] = truth[T](in[i] != 0 || inout[i] != 0)
+	}
+}
+
+func lxorFn[T Number](in, inout []T) {
+	for i := range inout {
+		inout[i] = truth[T]((in[i] != 0) != (inout[i] != 0))
+	}
+}
+
+func minLocFn[T Number](in, inout []Loc[T]) {
+	for i := range inout {
+		a, b := in[i], inout[i]
+		if a.Value < b.Value || (a.Value == b.Value && a.Index < b.Index) {
+			inout[i] = a
+		}
+	}
+}
+
+func maxLocFn[T Number](in, inout []Loc[T]) {
+	for i := range inout {
+		a, b := in[i], inout[i]
+		if a.Value > b.Value || (a.Value == b.Value && a.Index < b.Index) {
+			inout[i] = a
+		}
+	}
+}
+
+// reduceLeft sets acc = acc ⊕ in, where acc holds the lower ranks'
+// operand; tmp, as long as acc, is scratch for non-commutative ops.
+func (o Op) reduceLeft(acc, in, tmp []byte) {
+	if o.commutative {
+		o.fn(in, acc)
+		return
+	}
+	copy(tmp, in)
+	o.fn(acc, tmp)
+	copy(acc, tmp)
+}
+
+// reduceRight sets acc = in ⊕ acc, where in holds the lower ranks'.
+func (o Op) reduceRight(acc, in []byte) { o.fn(in, acc) }

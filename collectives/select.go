@@ -1,0 +1,177 @@
+package collectives
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+)
+
+// Algorithm names a collective algorithm.
+type Algorithm string
+
+// The algorithms. Auto lets the selection table choose.
+const (
+	Auto              Algorithm = ""
+	Dissemination     Algorithm = "dissemination"      // barrier
+	Tree              Algorithm = "tree"               // barrier: binomial gather and release
+	Binomial          Algorithm = "binomial"           // bcast, reduce, gather, scatter
+	ScatterAllgather  Algorithm = "scatter_allgather"  // bcast (van de Geijn)
+	RecursiveDoubling Algorithm = "recursive_doubling" // allreduce, allgather (2^k ranks), scan
+	Ring              Algorithm = "ring"               // allreduce (commutative), allgather(v), reduce_scatter
+	ReduceBcast       Algorithm = "reduce_bcast"       // allreduce
+	Linear            Algorithm = "linear"             // gather(v), scatter(v), alltoall(v)
+	Pairwise          Algorithm = "pairwise"           // alltoall(v)
+	Bruck             Algorithm = "bruck"              // allgather, alltoall
+	ReduceScatterv    Algorithm = "reduce_scatterv"    // reduce_scatter: reduce, then scatter(v)
+)
+
+// The collectives whose algorithm can be chosen, and what each offers.
+var algorithms = map[string][]Algorithm{
+	"barrier":        {Dissemination, Tree},
+	"bcast":          {Binomial, ScatterAllgather},
+	"reduce":         {Binomial},
+	"allreduce":      {RecursiveDoubling, Ring, ReduceBcast},
+	"gather":         {Binomial, Linear},
+	"scatter":        {Binomial, Linear},
+	"allgather":      {RecursiveDoubling, Ring, Bruck},
+	"allgatherv":     {Ring},
+	"alltoall":       {Bruck, Pairwise, Linear},
+	"alltoallv":      {Pairwise, Linear},
+	"reduce_scatter": {Ring, ReduceScatterv},
+	"scan":           {RecursiveDoubling},
+}
+
+var (
+	forceMu sync.RWMutex
+	forced  = map[string]Algorithm{}
+)
+
+// ForceEnv is the environment variable that overrides the selection
+// table: "allreduce=ring,bcast=binomial".
+const ForceEnv = "RIVET_COLL_ALGORITHMS"
+
+func init() {
+	if v := os.Getenv(ForceEnv); v != "" {
+		for _, kv := range strings.Split(v, ",") {
+			k, a, _ := strings.Cut(strings.TrimSpace(kv), "=")
+			if err := Force(k, Algorithm(a)); err != nil {
+				fmt.Fprintf(os.Stderr, "rivet: %s: %v\n", ForceEnv, err)
+			}
+		}
+	}
+}
+
+// Force makes collective coll ("allreduce", …) use algorithm a, or the
+// table's choice again with Auto. Every process must force the same
+// algorithms. When a forced algorithm cannot serve a call — ring with a
+// non-commutative op, recursive doubling for allgather on a size that is
+// not a power of two — the table's choice serves it instead.
+func Force(coll string, a Algorithm) error {
+	offered, ok := algorithms[coll]
+	if !ok {
+		return fmt.Errorf("collectives: no collective %q", coll)
+	}
+	if a != Auto && !contains(offered, a) {
+		return fmt.Errorf("collectives: %s has no algorithm %q (it has %v)", coll, a, offered)
+	}
+	forceMu.Lock()
+	defer forceMu.Unlock()
+	if a == Auto {
+		delete(forced, coll)
+	} else {
+		forced[coll] = a
+	}
+	return nil
+}
+
+func contains(as []Algorithm, a Algorithm) bool {
+	for _, x := range as {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+func forcedFor(coll string) Algorithm {
+	forceMu.RLock()
+	defer forceMu.RUnlock()
+	return forced[coll]
+}
+
+func pow2(n int) bool { return n&(n-1) == 0 }
+
+// The selection table, by message size in bytes (per process for the
+// vector collectives) and communicator size. See docs/collectives.md.
+const (
+	shortMsg = 2048 // below: latency-bound algorithms
+	longMsg  = 512 << 10
+)
+
+func choose(coll string, bytes, n int, commutative bool) Algorithm {
+	a := forcedFor(coll)
+	switch coll {
+	case "barrier":
+		if a == Auto {
+			a = Dissemination
+		}
+	case "bcast":
+		if a == Auto {
+			a = Binomial
+			if bytes >= 12<<10 && n > 2 {
+				a = ScatterAllgather
+			}
+		}
+	case "allreduce":
+		if a == Ring && !commutative {
+			a = Auto
+		}
+		if a == Auto {
+			a = RecursiveDoubling
+			if bytes >= 64<<10 && commutative && n > 2 {
+				a = Ring
+			}
+		}
+	case "gather", "scatter":
+		if a == Auto {
+			a = Binomial
+		}
+	case "allgather":
+		if a == RecursiveDoubling && !pow2(n) {
+			a = Auto
+		}
+		if a == Auto {
+			switch {
+			case bytes*n < 64<<10 && pow2(n):
+				a = RecursiveDoubling
+			case bytes*n < 64<<10:
+				a = Bruck
+			default:
+				a = Ring
+			}
+		}
+	case "alltoall":
+		if a == Auto {
+			a = Pairwise
+			if bytes <= 256 && n >= 8 {
+				a = Bruck
+			}
+		}
+	case "reduce_scatter":
+		if a == Ring && !commutative {
+			a = Auto
+		}
+		if a == Auto {
+			a = ReduceScatterv
+			if commutative && bytes >= shortMsg {
+				a = Ring
+			}
+		}
+	default:
+		if a == Auto {
+			a = algorithms[coll][0]
+		}
+	}
+	return a
+}

@@ -1,0 +1,228 @@
+package fabric
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// A Schedule is a nonblocking operation built from rounds: in each round,
+// point-to-point messages on the communicator's collective context, then
+// local steps once they have all completed. Collectives are schedules
+// (libNBC's model): a blocking collective starts one and waits, a
+// nonblocking one returns its Request, and either way it advances inside
+// the fabric's progress — any wait, test or the progress goroutine —
+// with no goroutine of its own.
+//
+// Every member of the communicator must start the schedules of its
+// collectives in the same order: each takes the next sequence number as
+// its tag, which keeps concurrent collectives on one communicator apart.
+// A schedule fails as soon as a member of its communicator is known to
+// have failed, with a PeerError naming it: every rank then returns, with
+// an error, rather than wait for a message that will not come.
+type Schedule struct {
+	c      *Comm
+	tag    int
+	rounds []schedRound
+	cur    int   // the round in progress
+	ops    []*op // its messages
+	o      *op   // the operation users wait on
+}
+
+type schedRound struct {
+	msgs  []schedMsg
+	local []func() error
+}
+
+type schedMsg struct {
+	send bool
+	buf  []byte
+	peer int // rank in the communicator
+}
+
+// ErrMismatch: the processes of a collective disagree on its arguments
+// (a count, a root, an operation) as far as the messages show.
+var ErrMismatch = errors.New("fabric: collective arguments differ between processes")
+
+// ErrScheduleStarted is returned when a schedule is changed after Start.
+var ErrScheduleStarted = errors.New("fabric: schedule already started")
+
+// NewSchedule begins a schedule on c, taking c's next collective sequence
+// number. Add rounds with Send, Recv, Then and Next, then Start it.
+func (c *Comm) NewSchedule() (*Schedule, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	c.e.mu.Lock()
+	tag := c.collSeq
+	c.collSeq = (c.collSeq + 1) & MaxTag
+	c.e.mu.Unlock()
+	return &Schedule{c: c, tag: tag, rounds: make([]schedRound, 1)}, nil
+}
+
+func (s *Schedule) last() *schedRound { return &s.rounds[len(s.rounds)-1] }
+
+// Send adds a message of buf to rank dest to the current round; buf must
+// stay untouched until the round is over.
+func (s *Schedule) Send(buf []byte, dest int) {
+	s.last().msgs = append(s.last().msgs, schedMsg{send: true, buf: buf, peer: dest})
+}
+
+// Recv adds a receive into buf from rank src to the current round.
+func (s *Schedule) Recv(buf []byte, src int) {
+	s.last().msgs = append(s.last().msgs, schedMsg{buf: buf, peer: src})
+}
+
+// Then adds a local step, run once the current round's messages are all
+// done (in the order added); an error fails the schedule.
+func (s *Schedule) Then(fn func() error) {
+	s.last().local = append(s.last().local, fn)
+}
+
+// Next ends the current round: what is added afterwards waits for it.
+func (s *Schedule) Next() {
+	if r := s.last(); len(r.msgs) > 0 || len(r.local) > 0 {
+		s.rounds = append(s.rounds, schedRound{})
+	}
+}
+
+// Start validates the schedule and starts it; the Request completes when
+// its last round is over, or with the first error.
+func (s *Schedule) Start() (Request, error) {
+	if s.o != nil {
+		return Request{}, ErrScheduleStarted
+	}
+	n := s.c.Size()
+	for _, r := range s.rounds {
+		for _, m := range r.msgs {
+			if m.peer < 0 || m.peer >= n {
+				return Request{}, fmt.Errorf("%w: schedule message with rank %d in a communicator of %d", ErrRank, m.peer, n)
+			}
+		}
+	}
+	e := s.c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.get()
+	o.kind, o.comm, o.sched, o.state = reqSched, s.c, s, stActive
+	s.o = o
+	h := e.handle(o)
+	if err := s.c.failedMember(); err != nil {
+		e.finish(o, err)
+		return h, nil
+	}
+	e.scheds = append(e.scheds, s)
+	s.post()
+	e.advance(s)
+	return h, nil
+}
+
+// post starts the current round's messages; with e.mu held.
+func (s *Schedule) post() {
+	c, e := s.c, s.c.e
+	s.ops = s.ops[:0]
+	for _, m := range s.rounds[s.cur].msgs {
+		r := e.get()
+		s.ops = append(s.ops, r) // first, so that an abort meanwhile sees it
+		if m.send {
+			c.initSend(r, m.buf, m.peer, s.tag, c.ctxColl())
+			e.startSend(r)
+		} else {
+			c.postRecv(r, m.buf, m.peer, s.tag, c.ctxColl())
+		}
+		if s.o.state == stDone {
+			return // aborted: a peer failed while this round was posted
+		}
+	}
+}
+
+// advance moves s on as far as it can go now; it reports whether s
+// finished. With e.mu held.
+func (e *engine) advance(s *Schedule) bool {
+	for {
+		if s.o.state == stDone {
+			return true // aborted
+		}
+		for _, r := range s.ops {
+			if r.state != stDone {
+				return false
+			}
+		}
+		var err error
+		for _, r := range s.ops {
+			switch {
+			case err != nil:
+			case r.err != nil:
+				err = r.err
+			case r.kind == reqRecv && r.status.Count != len(r.buf):
+				err = fmt.Errorf("%w: rank %d sent %d bytes where %d were expected", ErrMismatch, r.status.Source, r.status.Count, len(r.buf))
+			}
+			e.release(r)
+		}
+		s.ops = s.ops[:0]
+		if err == nil {
+			for _, fn := range s.rounds[s.cur].local {
+				if err = fn(); err != nil {
+					break
+				}
+			}
+		}
+		s.cur++
+		if err != nil || s.cur == len(s.rounds) {
+			e.endSchedule(s, err)
+			return true
+		}
+		s.post()
+	}
+}
+
+// endSchedule completes s's operation and drops it from the active list.
+func (e *engine) endSchedule(s *Schedule, err error) {
+	if i := slices.Index(e.scheds, s); i >= 0 {
+		e.scheds = slices.Delete(e.scheds, i, i+1)
+	}
+	s.o.status = Status{}
+	e.finish(s.o, err)
+}
+
+// abort ends s with err, withdrawing what of its current round it can;
+// messages already moving finish on their own and are freed then.
+func (e *engine) abort(s *Schedule, err error) {
+	for _, r := range s.ops {
+		if r.state == stDone || e.cancel(r) {
+			e.release(r)
+		} else {
+			r.orphan = true
+		}
+	}
+	s.ops = s.ops[:0]
+	e.endSchedule(s, err)
+}
+
+// advanceAll moves every active schedule on; with e.mu held.
+func (e *engine) advanceAll() int {
+	n := 0
+	for i := 0; i < len(e.scheds); {
+		if e.advance(e.scheds[i]) {
+			n++ // it left the list: the same index holds the next one
+			continue
+		}
+		i++
+	}
+	return n
+}
+
+// failedMember returns a PeerError for the first member of c known to
+// have failed, or nil; with e.mu held.
+func (c *Comm) failedMember() error {
+	e := c.e
+	if e.nfailed == 0 {
+		return nil
+	}
+	for _, w := range c.ranks {
+		if err := e.failed[w]; err != nil {
+			return e.peerError(c, w, err)
+		}
+	}
+	return nil
+}
