@@ -472,7 +472,12 @@ func (e *engine) markFailed(peer int, cause error) {
 		r = next
 	}
 	// A collective needs every member: those over a communicator with
-	// the failed process end now, at every rank that learns of it.
+	// the failed process end now, at every rank that learns of it. (A
+	// process that closed its endpoint did not fail: a collective that
+	// still waits for it fails through the receive above.)
+	if !errors.Is(cause, ErrProcFailed) {
+		return
+	}
 	for i := 0; i < len(e.scheds); {
 		s := e.scheds[i]
 		if s.c.fromWorld(peer) >= 0 {

@@ -213,14 +213,14 @@ func (e *engine) advanceAll() int {
 }
 
 // failedMember returns a PeerError for the first member of c known to
-// have failed, or nil; with e.mu held.
+// have failed (not merely closed), or nil; with e.mu held.
 func (c *Comm) failedMember() error {
 	e := c.e
 	if e.nfailed == 0 {
 		return nil
 	}
 	for _, w := range c.ranks {
-		if err := e.failed[w]; err != nil {
+		if err := e.failed[w]; err != nil && errors.Is(err, ErrProcFailed) {
 			return e.peerError(c, w, err)
 		}
 	}

@@ -1,0 +1,312 @@
+package collectives
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/fabric"
+)
+
+func init() {
+	progs["big"] = progBig
+	progs["nonblocking"] = progNonblocking
+	progs["ops"] = progOps
+	progs["bad"] = progBad
+	progs["kill"] = progKill
+}
+
+// progBig: 4 MiB vectors through the long-message algorithms.
+func progBig(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	me, n := c.Rank(), c.Size()
+	const k = 4 << 20 / 8
+	want := sumOver(n, k)
+	if err := each("allreduce", func(Algorithm) error {
+		got := make([]int64, k)
+		if err := Allreduce(ctx, c, ints(me, k), got, Sum[int64]()); err != nil {
+			return err
+		}
+		if !slices.Equal(got, want) {
+			return fail("4 MiB allreduce wrong")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return each("bcast", func(Algorithm) error {
+		buf := make([]int64, k)
+		if me == 1 {
+			buf = ints(1, k)
+		}
+		if err := Bcast(ctx, c, buf, 1); err != nil {
+			return err
+		}
+		if !slices.Equal(buf, ints(1, k)) {
+			return fail("4 MiB bcast wrong")
+		}
+		return nil
+	})
+}
+
+func TestFourMiB(t *testing.T) {
+	for _, n := range []int{3, 8} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { runOK(t, n, "big") })
+	}
+}
+
+// progNonblocking: four different collectives outstanding at once on one
+// communicator, started in one order and waited for in the other.
+func progNonblocking(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	me, n := c.Rank(), c.Size()
+	for round := 0; round < 20; round++ {
+		sum := make([]int64, 100)
+		buf := make([]int64, 5000)
+		if me == round%n {
+			buf = ints(round, 5000)
+		}
+		all := make([]int64, n*3)
+		var reqs [4]fabric.Request
+		var err error
+		if reqs[0], err = Iallreduce(c, ints(me, 100), sum, Sum[int64]()); err != nil {
+			return err
+		}
+		if reqs[1], err = Ibcast(c, buf, round%n); err != nil {
+			return err
+		}
+		if reqs[2], err = Ibarrier(c); err != nil {
+			return err
+		}
+		if reqs[3], err = Iallgather(c, ints(me+round, 3), all); err != nil {
+			return err
+		}
+		for i := 3; i >= 0; i-- {
+			if _, err := reqs[i].Wait(ctx); err != nil {
+				return fmt.Errorf("request %d: %w", i, err)
+			}
+		}
+		if !slices.Equal(sum, sumOver(n, 100)) || !slices.Equal(buf, ints(round, 5000)) {
+			return fail("round %d: allreduce or bcast wrong", round)
+		}
+		for r := 0; r < n; r++ {
+			if !slices.Equal(all[r*3:r*3+3], ints(r+round, 3)) {
+				return fail("round %d: allgather wrong", round)
+			}
+		}
+	}
+	return nil
+}
+
+func TestNonblockingOverlap(t *testing.T) { runOK(t, 4, "nonblocking") }
+
+// progOps: every built-in operation on a few types, minloc/maxloc on pairs.
+func progOps(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	me, n := c.Rank(), c.Size()
+	x := []float64{float64(me) + 0.5, -float64(me), 3}
+	check := func(name string, op Op, want []float64) error {
+		got := make([]float64, len(x))
+		if err := Allreduce(ctx, c, x, got, op); err != nil {
+			return err
+		}
+		for i := range got {
+			if math.Abs(got[i]-want[i]) > 1e-9 {
+				return fail("%s: got %v, want %v", name, got, want)
+			}
+		}
+		return nil
+	}
+	var sum, prod, mn, mx [3]float64
+	prod = [3]float64{1, 1, 1}
+	mn = [3]float64{math.Inf(1), math.Inf(1), math.Inf(1)}
+	mx = [3]float64{math.Inf(-1), math.Inf(-1), math.Inf(-1)}
+	for r := 0; r < n; r++ {
+		v := []float64{float64(r) + 0.5, -float64(r), 3}
+		for i := range v {
+			sum[i] += v[i]
+			prod[i] *= v[i]
+			mn[i] = min(mn[i], v[i])
+			mx[i] = max(mx[i], v[i])
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		op   Op
+		want [3]float64
+	}{{"sum", Sum[float64](), sum}, {"prod", Prod[float64](), prod}, {"min", Min[float64](), mn}, {"max", Max[float64](), mx}} {
+		if err := check(tc.name, tc.op, tc.want[:]); err != nil {
+			return err
+		}
+	}
+	bits := []uint32{1 << uint(me), uint32(me), 0xff}
+	got := make([]uint32, 3)
+	for _, tc := range []struct {
+		op   Op
+		want func(a, b uint32) uint32
+		init uint32
+	}{{Band[uint32](), func(a, b uint32) uint32 { return a & b }, ^uint32(0)}, {Bor[uint32](), func(a, b uint32) uint32 { return a | b }, 0}, {Bxor[uint32](), func(a, b uint32) uint32 { return a ^ b }, 0}} {
+		if err := Allreduce(ctx, c, bits, got, tc.op); err != nil {
+			return err
+		}
+		for i := range got {
+			w := tc.init
+			for r := 0; r < n; r++ {
+				w = tc.want(w, []uint32{1 << uint(r), uint32(r), 0xff}[i])
+			}
+			if got[i] != w {
+				return fail("%s: element %d is %#x, want %#x", tc.op.Name(), i, got[i], w)
+			}
+		}
+	}
+	logic := []int32{int32(me % 2), 1, 0}
+	lg := make([]int32, 3)
+	if err := Allreduce(ctx, c, logic, lg, Land[int32]()); err != nil || lg[0] != 0 || lg[1] != 1 || lg[2] != 0 {
+		return fail("land %v %v", lg, err)
+	}
+	if err := Allreduce(ctx, c, logic, lg, Lor[int32]()); err != nil || lg[0] != 1 || lg[1] != 1 || lg[2] != 0 {
+		return fail("lor %v %v", lg, err)
+	}
+	if err := Allreduce(ctx, c, logic, lg, Lxor[int32]()); err != nil || lg[0] != int32((n/2)%2) || lg[1] != int32(n%2) || lg[2] != 0 {
+		return fail("lxor %v %v", lg, err)
+	}
+	// MinLoc/MaxLoc: rank r offers value (r-1)², so ranks 0 and 2 tie.
+	v := float64((me - 1) * (me - 1))
+	loc := []Loc[float64]{{Value: v, Index: int32(me)}}
+	out := make([]Loc[float64], 1)
+	if err := Allreduce(ctx, c, loc, out, MinLoc[float64]()); err != nil || out[0] != (Loc[float64]{0, 1}) {
+		return fail("minloc %v %v", out, err)
+	}
+	if err := Allreduce(ctx, c, loc, out, MaxLoc[float64]()); err != nil || out[0] != (Loc[float64]{float64((n - 2) * (n - 2)), int32(n - 1)}) {
+		return fail("maxloc %v %v", out, err)
+	}
+	return nil
+}
+
+func TestOps(t *testing.T) { runOK(t, 4, "ops") }
+
+// progBad: bad arguments are clear errors, and afterwards the
+// communicator still works (the processes' collectives stayed in step).
+func progBad(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	me, n := c.Rank(), c.Size()
+	type ptrs struct{ p *int }
+	cases := []struct {
+		err  error
+		want error
+	}{
+		{Bcast(ctx, c, make([]int64, 1), n), fabric.ErrRank},
+		{Bcast(ctx, c, make([]int64, 1), -1), fabric.ErrRank},
+		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), Op{}), ErrOp},
+		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), Sum[float64]()), ErrOp},
+		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 3), Sum[int64]()), ErrCount},
+		{Bcast(ctx, c, make([]ptrs, 1), 0), ErrType},
+		{Bcast(ctx, (*fabric.Comm)(nil), make([]int64, 1), 0), fabric.ErrComm},
+	}
+	for i, tc := range cases {
+		if !errors.Is(tc.err, tc.want) {
+			return fail("case %d: %v, want %v", i, tc.err, tc.want)
+		}
+	}
+	// Detected at the call, after the schedule began: every rank still
+	// takes part, so the next collective is in step.
+	if err := Alltoall(ctx, c, make([]int64, n+1), make([]int64, n+1)); !errors.Is(err, ErrCount) {
+		return fail("alltoall with %d elements: %v", n+1, err)
+	}
+	// Mismatched between ranks: rank 0 broadcasts more than the others
+	// expect; the mismatch is an error where it is seen.
+	cnt := 4
+	if me == 0 {
+		cnt = 8
+	}
+	err := Bcast(ctx, c, make([]int64, cnt), 0)
+	if me != 0 && !errors.Is(err, fabric.ErrMismatch) && !errors.Is(err, fabric.ErrTruncated) {
+		return fail("mismatched bcast: %v", err)
+	}
+	// Still in step.
+	got := make([]int64, 1)
+	if err := Allreduce(ctx, c, []int64{1}, got, Sum[int64]()); err != nil || got[0] != int64(n) {
+		return fail("after bad calls: %v %v", got, err)
+	}
+	return nil
+}
+
+func TestBadInput(t *testing.T) { runOK(t, 3, "bad") }
+
+// progKill: rank 2 dies while the others are inside a collective; every
+// survivor returns — with an error wrapping ErrProcFailed, or success
+// where its result did not depend on rank 2 — within the bound.
+func progKill(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	me, n := c.Rank(), c.Size()
+	which := os.Getenv("RIVET_COLL_KILL")
+	if me == 2 {
+		time.Sleep(50 * time.Millisecond) // the others are waiting in the collective by now
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	t0 := time.Now()
+	var err error
+	big := make([]int64, 1<<16)
+	switch which {
+	case "barrier":
+		err = Barrier(ctx, c)
+	case "bcast":
+		err = Bcast(ctx, c, big, 2)
+	case "reduce":
+		err = Reduce(ctx, c, big, make([]int64, len(big)), Sum[int64](), 0)
+	case "allreduce":
+		err = Allreduce(ctx, c, big, make([]int64, len(big)), Sum[int64]())
+	case "gather":
+		err = Gather(ctx, c, big[:100], make([]int64, 100*n), 0)
+	case "scatter":
+		err = Scatter(ctx, c, make([]int64, 100*n), big[:100], 2)
+	case "allgather":
+		err = Allgather(ctx, c, big[:100], make([]int64, 100*n))
+	case "alltoall":
+		err = Alltoall(ctx, c, make([]int64, 100*n), make([]int64, 100*n))
+	case "reduce_scatter":
+		err = ReduceScatterBlock(ctx, c, make([]int64, 100*n), make([]int64, 100), Sum[int64]())
+	case "scan":
+		err = Scan(ctx, c, big[:100], make([]int64, 100), Sum[int64]())
+	}
+	took := time.Since(t0)
+	fmt.Printf("%s: returned after %v: %v\n", which, took.Round(time.Millisecond), err)
+	if err != nil && !errors.Is(err, fabric.ErrProcFailed) {
+		return fail("%s: error that is not a process failure: %v", which, err)
+	}
+	if took > 5*time.Second {
+		return fail("%s: took %v", which, took)
+	}
+	return nil
+}
+
+func TestRankKilled(t *testing.T) {
+	for _, coll := range []string{"barrier", "bcast", "reduce", "allreduce", "gather", "scatter", "allgather", "alltoall", "reduce_scatter", "scan"} {
+		t.Run(coll, func(t *testing.T) {
+			out, errs, st := runJob(t, 4, "kill", true, "RIVET_COLL_KILL="+coll)
+			if st != 137 {
+				t.Fatalf("status %d, want 137\n%s\n%s", st, out, errs)
+			}
+			for _, r := range []int{0, 1, 3} {
+				if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+					t.Fatalf("survivor %d did not return cleanly:\n%s\n%s", r, out, errs)
+				}
+			}
+			if !strings.Contains(out, "process failed") {
+				t.Errorf("no survivor saw the failure:\n%s", out)
+			}
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, "returned after") {
+					t.Log(l)
+				}
+			}
+		})
+	}
+}
