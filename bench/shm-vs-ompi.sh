@@ -46,7 +46,7 @@ for ((r = 0; r < rounds; r++)); do pass $r; done
 # median FILES...: per size (column 1), the median of column 2
 median() {
 	cat "$@" | sort -k1,1n -k2,2g | awk '
-		$1 != size { if (n) print size, v[int((n+1)/2)]; size = $1; n = 0 }
+		!seen || $1 != size { if (n) print size, v[int((n+1)/2)]; size = $1; n = 0; seen = 1 }
 		{ v[++n] = $2 }
 		END { if (n) print size, v[int((n+1)/2)] }'
 }

@@ -310,3 +310,32 @@ func TestRankKilled(t *testing.T) {
 		})
 	}
 }
+
+func TestSumBytes(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 9, 64, 1000} {
+		a, b := make([]byte, n), make([]byte, n)
+		for i := range a {
+			a[i], b[i] = byte(i*37+11), byte(i*91+200)
+		}
+		want := make([]byte, n)
+		for i := range want {
+			want[i] = a[i] + b[i]
+		}
+		Sum[byte]().fn(a, b)
+		if !slices.Equal(b, want) {
+			t.Fatalf("%d bytes: %v, want %v", n, b, want)
+		}
+		x, y := make([]int8, n), make([]int8, n)
+		for i := range x {
+			x[i], y[i] = int8(a[i]), int8(a[i]^0x5a)
+		}
+		wantI := make([]int8, n)
+		for i := range wantI {
+			wantI[i] = x[i] + y[i]
+		}
+		Sum[int8]().fn(bytesOf(x), bytesOf(y))
+		if !slices.Equal(y, wantI) {
+			t.Fatalf("%d int8: wrong", n)
+		}
+	}
+}

@@ -129,7 +129,7 @@ func choose(coll string, bytes, n int, commutative bool) Algorithm {
 		}
 		if a == Auto {
 			a = RecursiveDoubling
-			if bytes >= 64<<10 && commutative && n > 2 {
+			if bytes >= 64<<10 && commutative {
 				a = Ring
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,6 +164,9 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			}
 		}
 		ep.e.provs = append(ep.e.provs, ep.shm)
+		if len(ep.local) > runtime.NumCPU() {
+			ep.e.spin = 16
+		}
 		ep.e.health = newHealth(ep.local, pids, ep.rank)
 	}
 	return nil

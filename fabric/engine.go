@@ -31,13 +31,14 @@ type engine struct {
 	pending []reqList // per world rank: sends waiting for room, in order
 	npend   int
 
-	scheds   []*Schedule // schedules in progress
+	scheds []*Schedule // schedules in progress
 
 	failed   []error // per world rank: why it is gone; nil while alive
 	nfailed  int
 	health   *health
 	lastScan time.Time
 	closed   bool
+	spin     int     // idle polls before a wait yields the CPU
 	fin      hdr     // a FIN being sent; here so that it does not escape to the heap
 	pl       payload // an unexpected message being received, likewise
 }
@@ -49,6 +50,7 @@ func newEngine(me, size int) *engine {
 		rdv:     map[uint64]*op{},
 		pending: make([]reqList, size),
 		failed:  make([]error, size),
+		spin:    4096,
 	}
 	e.self = &selfProvider{}
 	e.route[me] = e.self
@@ -330,7 +332,7 @@ func (w *waiter) pause() bool {
 		default:
 		}
 	}
-	backoff(w.idle)
+	w.e.backoff(w.idle)
 	return false
 }
 
@@ -395,11 +397,14 @@ func (e *engine) waitUntil(ctx context.Context, cond func() bool) error {
 
 // backoff is what a waiting call does after idle polls in a row found
 // nothing: it spins first, for latency, then yields the CPU to other
-// processes (ranks may outnumber cores), then sleeps briefly once nothing
-// has happened for long, so an idle rank does not burn a core.
-func backoff(i int) {
+// processes, then sleeps briefly once nothing has happened for long, so
+// an idle rank does not burn a core. When this node has more processes
+// of the job than CPUs (oversubscribed), it yields almost at once: a
+// spinning rank would only keep the rank it waits for off the CPU —
+// Open MPI's yield_when_idle, set the same way.
+func (e *engine) backoff(i int) {
 	switch {
-	case i < 4096:
+	case i < e.spin:
 	case i < 1<<17:
 		runtime.Gosched()
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
@@ -529,9 +534,11 @@ func (s *selfProvider) poll(e *engine, budget int) int {
 	return n
 }
 
-func (s *selfProvider) read(int, []byte, uint64) error { return errors.New("fabric: internal: self read") }
-func (s *selfProvider) closed(int) bool              { return false }
-func (s *selfProvider) close() error                 { return nil }
+func (s *selfProvider) read(int, []byte, uint64) error {
+	return errors.New("fabric: internal: self read")
+}
+func (s *selfProvider) closed(int) bool { return false }
+func (s *selfProvider) close() error    { return nil }
 
 // Progress makes progress on this endpoint's communication until ctx
 // ends: run it in a goroutine (go ep.Progress(ctx)) to let nonblocking

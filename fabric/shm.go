@@ -36,8 +36,8 @@ import (
 // answers with a FIN frame.
 
 const (
-	shmMagic       = 0x52495645_54534d32 // "RIVETSM2"
-	shmHeader      = 4096
+	shmMagic      = 0x52495645_54534d32 // "RIVETSM2"
+	shmHeader     = 4096
 	shmCellSize   = 256 // frames start on a cell
 	shmCellHeader = 48  // the sequence word and a frame header
 	shmEager      = 16 << 10
@@ -97,7 +97,7 @@ type shmProvider struct {
 	path   string // our segment, until unlinked
 	seg    []byte // our segment
 	cells  int
-	local  []int          // world ranks on this node, in rank order; local index = position
+	local  []int           // world ranks on this node, in rank order; local index = position
 	out    map[int]*shmOut // by world rank
 	outs   []*shmOut       // by local index
 	in     []shmIn         // by local index, without ourselves

@@ -13,14 +13,18 @@ import (
 	"github.com/rivet-hpc/rivet/internal/launch"
 )
 
-const benchUsage = `usage: rivet bench [-np N] [osu_latency|osu_bw|osu_bibw|all] [OSU options]
+const benchUsage = `usage: rivet bench [-np N] [TEST|all] [OSU options]
 
-Runs OSU Micro-Benchmarks 7.4 point-to-point tests over the Rivet fabric,
-printing exactly what OSU prints. Under a launcher (rivetrun, mpiexec.hydra,
-srun) it runs in the job it was started in; started on its own it launches
-N ranks on this node first (shared memory). With no test name it runs all.
+Runs OSU Micro-Benchmarks 7.4 tests over the Rivet fabric, printing exactly
+what OSU prints. Under a launcher (rivetrun, mpiexec.hydra, srun) it runs in
+the job it was started in; started on its own it launches N ranks on this
+node first (shared memory). With no test name (or "all") it runs the
+point-to-point tests.
 
-OSU options: -m [MIN:]MAX  -i ITER  -x WARMUP  -W WINDOW (bandwidth)  -v
+Tests: %s
+
+OSU options: -m [MIN:]MAX  -i ITER  -x WARMUP  -W WINDOW (bandwidth)
+             -f (collectives: min, max, iterations)  -t CALLS (osu_i*)  -v
 
 Flags:
 `
@@ -31,40 +35,40 @@ const benchChildEnv = "RIVET_BENCH_CHILD"
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rivet bench", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprintf(stderr, benchUsage, osu.Names()); fs.PrintDefaults() }
 	np := fs.Int("np", 2, "ranks to launch when not started by a launcher")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	rest := fs.Args()
-	var tests []osu.Benchmark
-	if len(rest) == 0 || rest[0] == "all" {
-		tests = osu.Benchmarks
-		if len(rest) > 0 {
-			rest = rest[1:]
-		}
-	} else {
-		b, ok := osu.Lookup(rest[0])
-		if !ok {
-			fmt.Fprintf(stderr, "rivet bench: no benchmark %q\n%s", rest[0], benchUsage)
-			return errUsage
-		}
-		tests, rest = []osu.Benchmark{b}, rest[1:]
+	var runs []func(ctx context.Context, w *fabric.Comm) error
+	name := "all"
+	if len(rest) > 0 {
+		name, rest = rest[0], rest[1:]
 	}
-	opts := make([]osu.Options, len(tests))
-	for i, b := range tests {
-		o, err := b.ParseArgs(rest, stderr)
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			return errHelp
-		case osu.IsVersion(err):
-			fmt.Fprintf(stdout, "# %s v%s\n", b.Title, osu.Version)
-			return nil
-		case err != nil:
-			fmt.Fprintln(stderr, "rivet bench:", err)
-			return errUsage
+	if coll, ok := osu.LookupCollective(name); ok {
+		o, err := coll.ParseArgs(rest, stderr)
+		if err := benchArgErr(err, stdout, stderr, coll.Title); err != nil {
+			return ignoreVersion(err)
 		}
-		opts[i] = o
+		runs = append(runs, func(ctx context.Context, w *fabric.Comm) error { return coll.Run(ctx, w, o, stdout) })
+	} else {
+		tests := osu.Benchmarks
+		if name != "all" {
+			b, ok := osu.Lookup(name)
+			if !ok {
+				fmt.Fprintf(stderr, "rivet bench: no benchmark %q\n"+benchUsage, name, osu.Names())
+				return errUsage
+			}
+			tests = []osu.Benchmark{b}
+		}
+		for _, b := range tests {
+			o, err := b.ParseArgs(rest, stderr)
+			if err := benchArgErr(err, stdout, stderr, b.Title); err != nil {
+				return ignoreVersion(err)
+			}
+			runs = append(runs, func(ctx context.Context, w *fabric.Comm) error { return b.Run(ctx, w, o, stdout) })
+		}
 	}
 
 	ep, err := fabric.Init(ctx)
@@ -92,12 +96,39 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if w.Rank() == 0 {
 		fmt.Fprintf(stderr, "# rivet: %d ranks (%s); rank 1 over %s\n", w.Size(), ep.Launcher(), ep.Provider(1))
 	}
-	for i, b := range tests {
-		if err := b.Run(ctx, w, opts[i], stdout); err != nil {
+	for _, run := range runs {
+		if err := run(ctx, w); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// benchArgErr maps an OSU option error to the command's outcome; a -v
+// request prints the version and ends the command.
+func benchArgErr(err error, stdout, stderr io.Writer, title string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		return errHelp
+	case osu.IsVersion(err):
+		fmt.Fprintf(stdout, "# %s v%s\n", title, osu.Version)
+		return errVersionShown
+	default:
+		fmt.Fprintln(stderr, "rivet bench:", err)
+		return errUsage
+	}
+}
+
+// errVersionShown ends a command that printed its version.
+var errVersionShown = errors.New("version shown")
+
+func ignoreVersion(err error) error {
+	if err == errVersionShown {
+		return nil
+	}
+	return err
 }
 
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs Rivet's osu_allreduce and osu_barrier on shared memory side by side
+# with the same loops in C over Debian's Open MPI (bench/ompi/osu_coll.c,
+# vader/sm BTL), on 2 and 4 ranks of this node, and prints each size's
+# figures and the ratio Rivet / Open MPI (lower is better for Rivet).
+#
+#   ROUNDS=3 bash bench/coll-vs-ompi.sh
+#
+# Needs: openmpi-bin libopenmpi-dev (apt). Ranks are bound to cores when
+# there are no more ranks than CPUs (both launchers' default); with more,
+# both run oversubscribed (Open MPI then yields when idle, and so does
+# Rivet). The figure kept per size is the median over rounds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${ROUNDS:-3}
+max=${MAX:-1048576}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+go build -o "$out/rivet" ./cmd/rivet
+go build -o "$out/rivetrun" ./cmd/rivetrun
+mpicc.openmpi -O2 -o "$out/ompi_coll" bench/ompi/osu_coll.c
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
+
+rows() { grep -E '^ *[0-9]' | awk 'NF == 1 {print 0, $1; next} {print $1, $2}'; }
+median() {
+	cat "$@" | sort -k1,1n -k2,2g | awk '
+		!seen || $1 != size { if (n) print size, v[int((n+1)/2)]; size = $1; n = 0; seen = 1 }
+		{ v[++n] = $2 }
+		END { if (n) print size, v[int((n+1)/2)] }'
+}
+side() {
+	awk 'NR == FNR { a[$1] = $2; next } ($1 in a) { printf "%-20d %12.2f %11.2f %7.3f\n", $1, a[$1], $2, ($2 > 0 ? a[$1] / $2 : 0) }' "$1" "$2"
+}
+
+for np in 2 4; do
+	bind=core
+	((np > $(nproc))) && bind=none
+	ompi() { mpirun.openmpi -n "$np" --oversubscribe --bind-to "$bind" "$out/ompi_coll" "$@" 2>/dev/null; }
+	rivet() { "$out/rivetrun" -n "$np" -bind-to "$bind" "$out/rivet" bench "$@" 2>/dev/null; }
+	for ((r = 0; r < rounds; r++)); do
+		if ((r % 2)); then
+			rivet osu_allreduce -m "$max" | rows >"$out/ra.$np.$r"
+			ompi allreduce -m "$max" | rows >"$out/oa.$np.$r"
+			rivet osu_barrier | rows >"$out/rb.$np.$r"
+			ompi barrier | rows >"$out/ob.$np.$r"
+		else
+			ompi allreduce -m "$max" | rows >"$out/oa.$np.$r"
+			rivet osu_allreduce -m "$max" | rows >"$out/ra.$np.$r"
+			ompi barrier | rows >"$out/ob.$np.$r"
+			rivet osu_barrier | rows >"$out/rb.$np.$r"
+		fi
+	done
+	median "$out"/ra.$np.* >"$out/ra" && median "$out"/oa.$np.* >"$out/oa"
+	median "$out"/rb.$np.* >"$out/rb" && median "$out"/ob.$np.* >"$out/ob"
+	echo "# $np ranks, $rounds rounds, medians; $(nproc) CPUs, bind-to $bind"
+	echo "# osu_allreduce (us)         rivet    open-mpi   ratio"
+	side "$out/ra" "$out/oa"
+	echo "# osu_barrier (us)           rivet    open-mpi   ratio"
+	side "$out/rb" "$out/ob"
+done
