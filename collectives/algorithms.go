@@ -71,6 +71,15 @@ func bcastBinomial(s *fabric.Schedule, buf []byte, me, n, root int) {
 	s.Next()
 }
 
+// off is where block i of count elements split n ways starts (the first
+// count%n blocks get one more element).
+func off(count, n, i int) int { return i*(count/n) + min(i, count%n) }
+
+// part is block i of b (count elements of esz bytes) split n ways.
+func part(b []byte, esz, count, n, i int) []byte {
+	return b[off(count, n, i)*esz : off(count, n, i+1)*esz]
+}
+
 // split divides count elements into n blocks as evenly as possible.
 func split(count, n int) (counts, displs []int) {
 	counts, displs = make([]int, n), make([]int, n)
@@ -93,7 +102,7 @@ func block(b []byte, esz int, counts, displs []int, i int) []byte {
 // bcastScatterAllgather is van de Geijn's broadcast for long messages:
 // a binomial scatter of n blocks, then a ring allgather of them.
 func bcastScatterAllgather(s *fabric.Schedule, buf []byte, esz, me, n, root int) {
-	counts, displs := split(len(buf)/esz, n)
+	count := len(buf) / esz
 	vr := rel(me, root, n)
 	// Relative rank v owns block v. A node receives the blocks of its
 	// subtree, [vr, vr+size), from its parent, and passes each child its
@@ -103,7 +112,7 @@ func bcastScatterAllgather(s *fabric.Schedule, buf []byte, esz, me, n, root int)
 		if lo >= hi {
 			return nil
 		}
-		return buf[displs[lo]*esz : (displs[hi-1]+counts[hi-1])*esz]
+		return buf[off(count, n, lo)*esz : off(count, n, hi)*esz]
 	}
 	mask := 1
 	for mask < n && vr&mask == 0 {
@@ -123,10 +132,19 @@ func bcastScatterAllgather(s *fabric.Schedule, buf []byte, esz, me, n, root int)
 	right, left := abs((vr+1)%n, root, n), abs((vr-1+n)%n, root, n)
 	for step := 0; step < n-1; step++ {
 		sb, rb := (vr-step+n)%n, (vr-step-1+n)%n
-		s.Send(block(buf, esz, counts, displs, sb), right)
-		s.Recv(block(buf, esz, counts, displs, rb), left)
+		s.Send(part(buf, esz, count, n, sb), right)
+		s.Recv(part(buf, esz, count, n, rb), left)
 		s.Next()
 	}
+}
+
+// scratchFor returns scratch space for reductions by op: nil when op
+// commutes (none is needed).
+func scratchFor(s *fabric.Schedule, op Op, n int) []byte {
+	if op.commutative {
+		return nil
+	}
+	return s.Scratch(n)
 }
 
 // reduceBinomial reduces acc (this rank's operand, overwritten) to
@@ -134,8 +152,7 @@ func bcastScatterAllgather(s *fabric.Schedule, buf []byte, esz, me, n, root int)
 // right for non-commutative ops by rooting at rank 0.
 func reduceBinomial(s *fabric.Schedule, acc []byte, op Op, me, n, root int) {
 	vr := rel(me, root, n)
-	tmp := make([]byte, len(acc))
-	scratch := make([]byte, len(acc))
+	var tmp, scratch []byte
 	for mask := 1; mask < n; mask <<= 1 {
 		if vr&mask != 0 {
 			s.Send(acc, abs(vr-mask, root, n))
@@ -143,8 +160,11 @@ func reduceBinomial(s *fabric.Schedule, acc []byte, op Op, me, n, root int) {
 			return
 		}
 		if src := vr | mask; src < n {
+			if tmp == nil {
+				tmp, scratch = s.Scratch(len(acc)), scratchFor(s, op, len(acc))
+			}
 			s.Recv(tmp, abs(src, root, n))
-			s.Then(func() error { op.reduceLeft(acc, tmp, scratch); return nil })
+			s.ReduceLeft(op.fn, acc, tmp, scratch)
 			s.Next()
 		}
 	}
@@ -160,8 +180,7 @@ func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int
 		pof2 *= 2
 	}
 	rem := n - pof2
-	tmp := make([]byte, len(acc))
-	scratch := make([]byte, len(acc))
+	tmp, scratch := s.Scratch(len(acc)), scratchFor(s, op, len(acc))
 	newrank := -1
 	switch {
 	case me < 2*rem && me%2 == 0:
@@ -169,7 +188,7 @@ func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int
 		s.Next()
 	case me < 2*rem:
 		s.Recv(tmp, me-1)
-		s.Then(func() error { op.reduceRight(acc, tmp); return nil })
+		s.Reduce(op.fn, tmp, acc)
 		s.Next()
 		newrank = me / 2
 	default:
@@ -185,9 +204,9 @@ func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int
 			s.Send(acc, partner)
 			s.Recv(tmp, partner)
 			if np < newrank {
-				s.Then(func() error { op.reduceRight(acc, tmp); return nil })
+				s.Reduce(op.fn, tmp, acc)
 			} else {
-				s.Then(func() error { op.reduceLeft(acc, tmp, scratch); return nil })
+				s.ReduceLeft(op.fn, acc, tmp, scratch)
 			}
 			s.Next()
 		}
@@ -205,22 +224,22 @@ func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int
 // allreduceRing: a ring reduce-scatter then a ring allgather over n
 // blocks — bandwidth-optimal for long vectors; commutative ops only.
 func allreduceRing(s *fabric.Schedule, acc []byte, op Op, esz, me, n int) {
-	counts, displs := split(len(acc)/esz, n)
+	count := len(acc) / esz
 	right, left := (me+1)%n, (me-1+n)%n
-	tmp := make([]byte, (counts[0])*esz)
+	tmp := s.Scratch(len(part(acc, esz, count, n, 0)))
 	for step := 0; step < n-1; step++ {
 		sb, rb := (me-step+n)%n, (me-step-1+n)%n
-		dst := block(acc, esz, counts, displs, rb)
+		dst := part(acc, esz, count, n, rb)
 		in := tmp[:len(dst)]
-		s.Send(block(acc, esz, counts, displs, sb), right)
+		s.Send(part(acc, esz, count, n, sb), right)
 		s.Recv(in, left)
-		s.Then(func() error { op.fn(in, dst); return nil })
+		s.Reduce(op.fn, in, dst)
 		s.Next()
 	}
 	for step := 0; step < n-1; step++ {
 		sb, rb := (me+1-step+n)%n, (me-step+n)%n
-		s.Send(block(acc, esz, counts, displs, sb), right)
-		s.Recv(block(acc, esz, counts, displs, rb), left)
+		s.Send(part(acc, esz, count, n, sb), right)
+		s.Recv(part(acc, esz, count, n, rb), left)
 		s.Next()
 	}
 }
@@ -439,9 +458,9 @@ func alltoallBruck(s *fabric.Schedule, send, recv []byte, blk, me, n int) {
 // scanRecursiveDoubling: inclusive (or, with exclusive, exclusive)
 // prefix reduction in rank order in log2 n exchanges.
 func scanRecursiveDoubling(s *fabric.Schedule, send, recv []byte, op Op, me, n int, exclusive bool) {
-	partial := append([]byte(nil), send...)
-	tmp := make([]byte, len(send))
-	scratch := make([]byte, len(send))
+	partial := s.Scratch(len(send))
+	copy(partial, send)
+	tmp, scratch := s.Scratch(len(send)), scratchFor(s, op, len(send))
 	have := !exclusive // whether recv holds a value yet
 	if !exclusive {
 		copy(recv, send)
@@ -454,19 +473,15 @@ func scanRecursiveDoubling(s *fabric.Schedule, send, recv []byte, op Op, me, n i
 		s.Send(partial, partner)
 		s.Recv(tmp, partner)
 		if partner < me {
-			first := !have
-			s.Then(func() error {
-				if first {
-					copy(recv, tmp)
-				} else {
-					op.reduceRight(recv, tmp)
-				}
-				op.reduceRight(partial, tmp)
-				return nil
-			})
+			if have {
+				s.Reduce(op.fn, tmp, recv)
+			} else {
+				s.Copy(recv, tmp)
+			}
+			s.Reduce(op.fn, tmp, partial)
 			have = true
 		} else {
-			s.Then(func() error { op.reduceLeft(partial, tmp, scratch); return nil })
+			s.ReduceLeft(op.fn, partial, tmp, scratch)
 		}
 		s.Next()
 	}
@@ -480,14 +495,14 @@ func reduceScatterRing(s *fabric.Schedule, acc []byte, counts, displs []int, op 
 	for _, k := range counts {
 		most = max(most, k)
 	}
-	tmp := make([]byte, most*esz)
+	tmp := s.Scratch(most * esz)
 	for step := 0; step < n-1; step++ {
 		sb, rb := (me-step-1+2*n)%n, (me-step-2+2*n)%n
 		dst := block(acc, esz, counts, displs, rb)
 		in := tmp[:len(dst)]
 		s.Send(block(acc, esz, counts, displs, sb), right)
 		s.Recv(in, left)
-		s.Then(func() error { op.fn(in, dst); return nil })
+		s.Reduce(op.fn, in, dst)
 		s.Next()
 	}
 }

@@ -36,6 +36,9 @@ var plainTypes sync.Map // reflect.Type -> error
 
 func checkType[T any]() error {
 	t := reflect.TypeFor[T]()
+	if k := t.Kind(); k >= reflect.Bool && k <= reflect.Complex128 {
+		return nil // numbers: no map lookup on the hot path
+	}
 	if v, ok := plainTypes.Load(t); ok {
 		if v == nil {
 			return nil
@@ -183,7 +186,8 @@ func Ireduce[T any](c *fabric.Comm, send, recv []T, op Op, root int) (fabric.Req
 			copy(acc, bytesOf(send))
 		}
 	} else {
-		acc = append([]byte(nil), bytesOf(send)...)
+		acc = s.Scratch(len(send) * size[T]())
+		copy(acc, bytesOf(send))
 	}
 	if op.commutative || root == 0 {
 		reduceBinomial(s, acc, op, me, n, root)
@@ -648,7 +652,8 @@ func scan[T any](c *fabric.Comm, send, recv []T, op Op, exclusive bool) (fabric.
 	}
 	sb := bytesOf(send)
 	if send == nil {
-		sb = append([]byte(nil), bytesOf(recv)...)
+		sb = s.Scratch(len(recv) * size[T]())
+		copy(sb, bytesOf(recv))
 	}
 	scanRecursiveDoubling(s, sb, bytesOf(recv), op, c.Rank(), c.Size(), exclusive)
 	return s.Start()

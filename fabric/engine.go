@@ -32,6 +32,7 @@ type engine struct {
 	npend   int
 
 	scheds []*Schedule // schedules in progress
+	freeS  []*Schedule // finished ones, for reuse
 
 	failed   []error // per world rank: why it is gone; nil while alive
 	nfailed  int

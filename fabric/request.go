@@ -83,6 +83,9 @@ func (r *Request) IsNull() bool { return r.op == nil }
 func (r *Request) complete() (Status, error) {
 	o := r.op
 	st, err := o.status, o.err
+	if o.kind == reqSched {
+		o.e.recycle(o.sched)
+	}
 	o.e.release(o)
 	*r = Request{}
 	return st, err

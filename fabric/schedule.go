@@ -21,17 +21,53 @@ import (
 // have failed, with a PeerError naming it: every rank then returns, with
 // an error, rather than wait for a message that will not come.
 type Schedule struct {
-	c      *Comm
-	tag    int
-	rounds []schedRound
-	cur    int   // the round in progress
-	ops    []*op // its messages
-	o      *op   // the operation users wait on
+	c       *Comm
+	tag     int
+	rounds  []schedRound
+	nrounds int   // rounds in use; rounds beyond are kept for reuse
+	cur     int   // the round in progress
+	ops     []*op // its messages
+	o       *op   // the operation users wait on
+
+	scratch  [][]byte // buffers handed out by Scratch, kept for reuse
+	nscratch int
 }
 
 type schedRound struct {
 	msgs  []schedMsg
-	local []func() error
+	local []schedStep
+}
+
+// A local step: a function, or one of the steps collectives take most,
+// kept as data so that building a schedule allocates nothing.
+type schedStep struct {
+	kind    uint8
+	f       func() error
+	fn      func(in, inout []byte)
+	a, b, c []byte
+}
+
+const (
+	stepFunc   uint8 = iota
+	stepReduce       // fn(a, b): b = a ⊕ b
+	stepLeft         // b = b ⊕ a, for fn not commutative: c is scratch
+	stepCopy         // copy(a, b)
+)
+
+func (st *schedStep) run() error {
+	switch st.kind {
+	case stepReduce:
+		st.fn(st.a, st.b)
+	case stepLeft:
+		copy(st.c, st.a)
+		st.fn(st.b, st.c)
+		copy(st.b, st.c)
+	case stepCopy:
+		copy(st.a, st.b)
+	default:
+		return st.f()
+	}
+	return nil
 }
 
 type schedMsg struct {
@@ -48,19 +84,68 @@ var ErrMismatch = errors.New("fabric: collective arguments differ between proces
 var ErrScheduleStarted = errors.New("fabric: schedule already started")
 
 // NewSchedule begins a schedule on c, taking c's next collective sequence
-// number. Add rounds with Send, Recv, Then and Next, then Start it.
+// number. Add rounds with Send, Recv, Then (and the other steps) and
+// Next, then Start it. Schedules are reused once their Request completes:
+// one built like an earlier one allocates nothing.
 func (c *Comm) NewSchedule() (*Schedule, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
-	c.e.mu.Lock()
+	e := c.e
+	e.mu.Lock()
 	tag := c.collSeq
 	c.collSeq = (c.collSeq + 1) & MaxTag
-	c.e.mu.Unlock()
-	return &Schedule{c: c, tag: tag, rounds: make([]schedRound, 1)}, nil
+	var s *Schedule
+	if n := len(e.freeS); n > 0 {
+		s, e.freeS = e.freeS[n-1], e.freeS[:n-1]
+	} else {
+		s = &Schedule{}
+	}
+	e.mu.Unlock()
+	s.c, s.tag, s.cur, s.o, s.nscratch = c, tag, 0, nil, 0
+	s.nrounds = 0
+	s.newRound()
+	return s, nil
 }
 
-func (s *Schedule) last() *schedRound { return &s.rounds[len(s.rounds)-1] }
+func (s *Schedule) newRound() {
+	if s.nrounds < len(s.rounds) {
+		r := &s.rounds[s.nrounds]
+		r.msgs, r.local = r.msgs[:0], r.local[:0]
+	} else {
+		s.rounds = append(s.rounds, schedRound{})
+	}
+	s.nrounds++
+}
+
+// recycle clears s (dropping its references to buffers) and keeps it for
+// the next NewSchedule; with e.mu held.
+func (e *engine) recycle(s *Schedule) {
+	for i := range s.rounds[:s.nrounds] {
+		r := &s.rounds[i]
+		clear(r.msgs)
+		clear(r.local)
+	}
+	s.c, s.o = nil, nil
+	e.freeS = append(e.freeS, s)
+}
+
+func (s *Schedule) last() *schedRound { return &s.rounds[s.nrounds-1] }
+
+// Scratch returns a buffer of n bytes that lives as long as the schedule;
+// a reused schedule hands out the same buffers again.
+func (s *Schedule) Scratch(n int) []byte {
+	if s.nscratch == len(s.scratch) {
+		s.scratch = append(s.scratch, nil)
+	}
+	b := s.scratch[s.nscratch]
+	if cap(b) < n {
+		b = make([]byte, n)
+		s.scratch[s.nscratch] = b
+	}
+	s.nscratch++
+	return b[:n]
+}
 
 // Send adds a message of buf to rank dest to the current round; buf must
 // stay untouched until the round is over.
@@ -76,13 +161,35 @@ func (s *Schedule) Recv(buf []byte, src int) {
 // Then adds a local step, run once the current round's messages are all
 // done (in the order added); an error fails the schedule.
 func (s *Schedule) Then(fn func() error) {
-	s.last().local = append(s.last().local, fn)
+	s.last().local = append(s.last().local, schedStep{kind: stepFunc, f: fn})
+}
+
+// Reduce adds a step computing inout = in ⊕ inout with fn (MPI's
+// convention: in holds the lower ranks' operand).
+func (s *Schedule) Reduce(fn func(in, inout []byte), in, inout []byte) {
+	s.last().local = append(s.last().local, schedStep{kind: stepReduce, fn: fn, a: in, b: inout})
+}
+
+// ReduceLeft adds a step computing acc = acc ⊕ in, where acc holds the
+// lower ranks' operand; scratch, as long as acc, serves operations that
+// do not commute (nil means fn commutes).
+func (s *Schedule) ReduceLeft(fn func(in, inout []byte), acc, in, scratch []byte) {
+	if scratch == nil {
+		s.Reduce(fn, in, acc)
+		return
+	}
+	s.last().local = append(s.last().local, schedStep{kind: stepLeft, fn: fn, a: in, b: acc, c: scratch})
+}
+
+// Copy adds a step copying src to dst.
+func (s *Schedule) Copy(dst, src []byte) {
+	s.last().local = append(s.last().local, schedStep{kind: stepCopy, a: dst, b: src})
 }
 
 // Next ends the current round: what is added afterwards waits for it.
 func (s *Schedule) Next() {
 	if r := s.last(); len(r.msgs) > 0 || len(r.local) > 0 {
-		s.rounds = append(s.rounds, schedRound{})
+		s.newRound()
 	}
 }
 
@@ -93,7 +200,7 @@ func (s *Schedule) Start() (Request, error) {
 		return Request{}, ErrScheduleStarted
 	}
 	n := s.c.Size()
-	for _, r := range s.rounds {
+	for _, r := range s.rounds[:s.nrounds] {
 		for _, m := range r.msgs {
 			if m.peer < 0 || m.peer >= n {
 				return Request{}, fmt.Errorf("%w: schedule message with rank %d in a communicator of %d", ErrRank, m.peer, n)
@@ -161,14 +268,15 @@ func (e *engine) advance(s *Schedule) bool {
 		}
 		s.ops = s.ops[:0]
 		if err == nil {
-			for _, fn := range s.rounds[s.cur].local {
-				if err = fn(); err != nil {
+			local := s.rounds[s.cur].local
+			for i := range local {
+				if err = local[i].run(); err != nil {
 					break
 				}
 			}
 		}
 		s.cur++
-		if err != nil || s.cur == len(s.rounds) {
+		if err != nil || s.cur == s.nrounds {
 			e.endSchedule(s, err)
 			return true
 		}
