@@ -89,8 +89,8 @@ var compose = NewOp("compose", false, func(in, inout []Affine) {
 	}
 })
 
-func ival(rank, i int) int64   { return int64((rank+1)*(i%97) + rank*31 + i%5) }
-func aval(rank, i int) Affine  { return Affine{A: int64(rank+2+i%3) % mod, B: int64(rank*7+i) % mod} }
+func ival(rank, i int) int64  { return int64((rank+1)*(i%97) + rank*31 + i%5) }
+func aval(rank, i int) Affine { return Affine{A: int64(rank+2+i%3) % mod, B: int64(rank*7+i) % mod} }
 func ints(rank, n int) []int64 {
 	v := make([]int64, n)
 	for i := range v {

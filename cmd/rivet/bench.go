@@ -130,5 +130,3 @@ func ignoreVersion(err error) error {
 	}
 	return err
 }
-
-
