@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(progEnv); name != "" {
 		os.Exit(child(name))
 	}
+	if name := os.Getenv(collEnv); name != "" {
+		os.Exit(collChild(name))
+	}
 	os.Exit(m.Run())
 }
 
@@ -38,6 +41,28 @@ func child(name string) int {
 	}
 	defer ep.Close()
 	b, _ := Lookup(name)
+	o, err := b.ParseArgs(strings.Fields(os.Getenv("RIVET_OSU_TEST_ARGS")), io.Discard)
+	if err == nil {
+		err = b.Run(ctx, ep.World(), o, os.Stdout)
+	}
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		return 1
+	}
+	return 0
+}
+
+// collChild runs one collective benchmark as a rank of a launched job.
+func collChild(name string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ep, err := fabric.Init(ctx)
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		return 1
+	}
+	defer ep.Close()
+	b, _ := LookupCollective(name)
 	o, err := b.ParseArgs(strings.Fields(os.Getenv("RIVET_OSU_TEST_ARGS")), io.Discard)
 	if err == nil {
 		err = b.Run(ctx, ep.World(), o, os.Stdout)
@@ -115,7 +140,10 @@ func run(t *testing.T, env []string, argv ...string) string {
 	return out.String()
 }
 
-var rowRE = regexp.MustCompile(`^([0-9]+) +[0-9]+\.[0-9]{2}$`)
+var (
+	rowRE     = regexp.MustCompile(`^([0-9]+) +[0-9]+\.[0-9]{2}$`)
+	bareRowRE = regexp.MustCompile(`^ +[0-9]+\.[0-9]{2}$`) // osu_barrier's: no size column
+)
 
 // shape is the output with the figures blanked: what must be identical.
 func shape(out string) string {
@@ -123,6 +151,8 @@ func shape(out string) string {
 	for _, l := range strings.Split(out, "\n") {
 		if m := rowRE.FindStringSubmatch(l); m != nil {
 			l = m[1] + " <value, " + (map[bool]string{true: "28", false: "bad"})[len(l) == 28] + " wide>"
+		} else if bareRowRE.MatchString(l) {
+			l = "<value, " + (map[bool]string{true: "17", false: "bad"})[len(l) == 17] + " wide>"
 		}
 		b.WriteString(l + "\n")
 	}
@@ -162,3 +192,89 @@ func TestRunsLikeOpenMPIComparator(t *testing.T) {
 		}
 	}
 }
+
+// The collective preambles, as OSU 7.4 prints them.
+func TestCollectiveHeaders(t *testing.T) {
+	for name, want := range map[string]string{
+		"osu_allreduce":  "\n# OSU MPI Allreduce Latency Test v7.4\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n",
+		"osu_barrier":    "\n# OSU MPI Barrier Latency Test v7.4\n# Avg Latency(us)\n",
+		"osu_alltoall":   "\n# OSU MPI All-to-All Personalized Exchange Latency Test v7.4\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)\n",
+		"osu_iallreduce": "\n# OSU MPI Non-blocking Allreduce Latency Test v7.4\n# Overall = Coll. Init + Compute + MPI_Test + MPI_Wait\n\n# Datatype: MPI_CHAR.\n# Size           Overall(us)       Compute(us)    Pure Comm.(us)        Overlap(%)\n",
+	} {
+		b, ok := LookupCollective(name)
+		if !ok {
+			t.Fatalf("no %s", name)
+		}
+		var buf bytes.Buffer
+		b.Header(&buf, CollOptions{})
+		if buf.String() != want {
+			t.Errorf("%s header:\n%q\nwant\n%q", name, buf.String(), want)
+		}
+	}
+	g, _ := LookupCollective("osu_gather")
+	var buf bytes.Buffer
+	g.Header(&buf, CollOptions{Full: true})
+	// A real OSU 7.4 osu_gather -f header.
+	if want := "# Size       Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations\n"; !strings.HasSuffix(buf.String(), want) {
+		t.Errorf("full header %q", buf.String())
+	}
+}
+
+// TestCollectivesLikeOpenMPIComparator: osu_allreduce and osu_barrier on
+// four ranks print the same lines as the C comparator under Open MPI, but
+// for the figures; every other collective benchmark runs and prints rows.
+func TestCollectivesLikeOpenMPIComparator(t *testing.T) {
+	mpicc := testutil.LookTool(t, "mpicc.openmpi", "libopenmpi-dev")
+	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
+	bin := filepath.Join(t.TempDir(), "osu_coll")
+	if out, err := exec.Command(mpicc, "-O2", "-o", bin, "../ompi/osu_coll.c").CombinedOutput(); err != nil {
+		t.Fatalf("building the comparator: %v\n%s", err, out)
+	}
+	for _, tc := range []struct{ rivet, ompi, args string }{
+		{"osu_allreduce", "allreduce", "-m 65536 -i 20 -x 2"},
+		{"osu_barrier", "barrier", "-i 20 -x 2"},
+	} {
+		got := runN(t, 4, []string{collEnv + "=" + tc.rivet, "RIVET_OSU_TEST_ARGS=" + tc.args})
+		cmd := exec.Command(mpirun, append([]string{"-n", "4", "--oversubscribe", "--mca", "btl", "self,vader", bin, tc.ompi}, strings.Fields(tc.args)...)...)
+		cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("comparator: %v\n%s", err, stderr.String())
+		}
+		if shape(got) != shape(stdout.String()) {
+			t.Errorf("%s and the Open MPI comparator differ:\n%s\n---\n%s", tc.rivet, got, stdout.String())
+		}
+	}
+	for _, b := range Collectives {
+		args := "-m 1024 -i 5 -x 1"
+		if !b.sized {
+			args = "-i 5 -x 1"
+		}
+		got := runN(t, 3, []string{collEnv + "=" + b.Name, "RIVET_OSU_TEST_ARGS=" + args + " -f"})
+		if !strings.Contains(got, "# "+b.Title+" v7.4") || strings.Count(got, "\n") < 4 {
+			t.Errorf("%s printed:\n%s", b.Name, got)
+		}
+	}
+}
+
+var fullRowRE = regexp.MustCompile(`^ *[0-9]+(\.[0-9]{2})?( +[0-9]+\.[0-9]{2})*( +[0-9]+)?$`)
+
+func runN(t *testing.T, n int, env []string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	argv := []string{os.Args[0], "-test.run=^$"}
+	if st := launch.Run(ctx, launch.Options{N: n, Env: env, Stdout: &out, Stderr: &errb}, argv); st != 0 {
+		t.Fatalf("%v: status %d\n%s\n%s", env, st, out.String(), errb.String())
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") && !fullRowRE.MatchString(l) {
+			t.Errorf("%v: not a row: %q", env, l)
+		}
+	}
+	return out.String()
+}
+
+const collEnv = "RIVET_OSU_TEST_COLL"
