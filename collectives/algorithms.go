@@ -222,18 +222,34 @@ func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int
 }
 
 // allreduceRing: a ring reduce-scatter then a ring allgather over n
-// blocks — bandwidth-optimal for long vectors; commutative ops only.
-func allreduceRing(s *fabric.Schedule, acc []byte, op Op, esz, me, n int) {
+// blocks — bandwidth-optimal for long vectors; commutative ops only. Out
+// of place (send not nil) it needs no copy and no scratch: each block is
+// received into recv and reduced there with this process's operand from
+// send, and the allgather then overwrites every block of recv.
+func allreduceRing(s *fabric.Schedule, send, acc []byte, op Op, esz, me, n int) {
 	count := len(acc) / esz
 	right, left := (me+1)%n, (me-1+n)%n
-	tmp := s.Scratch(len(part(acc, esz, count, n, 0)))
+	var tmp []byte
+	if send == nil {
+		tmp = s.Scratch(len(part(acc, esz, count, n, 0)))
+	}
 	for step := 0; step < n-1; step++ {
 		sb, rb := (me-step+n)%n, (me-step-1+n)%n
 		dst := part(acc, esz, count, n, rb)
-		in := tmp[:len(dst)]
-		s.Send(part(acc, esz, count, n, sb), right)
-		s.Recv(in, left)
-		s.Reduce(op.fn, in, dst)
+		out := part(acc, esz, count, n, sb)
+		if send != nil && step == 0 {
+			out = part(send, esz, count, n, sb) // acc holds nothing of ours yet
+		}
+		if send != nil {
+			s.Send(out, right)
+			s.Recv(dst, left)
+			s.Reduce(op.fn, part(send, esz, count, n, rb), dst)
+		} else {
+			in := tmp[:len(dst)]
+			s.Send(out, right)
+			s.Recv(in, left)
+			s.Reduce(op.fn, in, dst)
+		}
 		s.Next()
 	}
 	for step := 0; step < n-1; step++ {
@@ -503,6 +519,91 @@ func reduceScatterRing(s *fabric.Schedule, acc []byte, counts, displs []int, op 
 		s.Send(block(acc, esz, counts, displs, sb), right)
 		s.Recv(in, left)
 		s.Reduce(op.fn, in, dst)
+		s.Next()
+	}
+}
+
+// allreduceRabenseifner: a reduce-scatter by recursive halving, then an
+// allgather by recursive doubling, over the power of two of ranks left
+// after folding the first 2·rem in pairs (as in recursive doubling). It
+// moves as little data as the ring in 2·log2 p rounds instead of 2(p-1),
+// and keeps operand order, so it serves non-commutative ops too.
+func allreduceRabenseifner(s *fabric.Schedule, acc []byte, op Op, esz, me, n int) {
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	rem := n - p
+	count := len(acc) / esz
+	scratch := scratchFor(s, op, len(acc))
+	real := func(np int) int {
+		if np < rem {
+			return np*2 + 1
+		}
+		return np + rem
+	}
+	r := -1
+	switch {
+	case me < 2*rem && me%2 == 0:
+		s.Send(acc, me+1)
+		s.Next()
+	case me < 2*rem:
+		tmp := s.Scratch(len(acc))
+		s.Recv(tmp, me-1)
+		s.Reduce(op.fn, tmp, acc)
+		s.Next()
+		r = me / 2
+	default:
+		r = me - rem
+	}
+	if r >= 0 {
+		span := func(lo, hi int) []byte { return acc[off(count, p, lo)*esz : off(count, p, hi)*esz] }
+		tmp := s.Scratch(len(span(0, p/2+p%2)) + esz)
+		lo, hi := 0, p
+		for dist := p / 2; dist > 0; dist /= 2 {
+			partner := r ^ dist
+			mid := lo + (hi-lo)/2
+			var keepLo, keepHi, giveLo, giveHi int
+			if r&dist == 0 {
+				keepLo, keepHi, giveLo, giveHi = lo, mid, mid, hi
+			} else {
+				keepLo, keepHi, giveLo, giveHi = mid, hi, lo, mid
+			}
+			keep := span(keepLo, keepHi)
+			in := tmp[:len(keep)]
+			s.Send(span(giveLo, giveHi), real(partner))
+			s.Recv(in, real(partner))
+			if partner < r {
+				s.Reduce(op.fn, in, keep)
+			} else {
+				var sc []byte
+				if scratch != nil {
+					sc = scratch[:len(keep)]
+				}
+				s.ReduceLeft(op.fn, keep, in, sc)
+			}
+			s.Next()
+			lo, hi = keepLo, keepHi
+		}
+		for dist := 1; dist < p; dist *= 2 {
+			partner := r ^ dist
+			w := hi - lo
+			plo, phi := hi, hi+w
+			if r&dist != 0 {
+				plo, phi = lo-w, lo
+			}
+			s.Send(span(lo, hi), real(partner))
+			s.Recv(span(plo, phi), real(partner))
+			s.Next()
+			lo, hi = min(lo, plo), max(hi, phi)
+		}
+	}
+	if me < 2*rem {
+		if me%2 == 1 {
+			s.Send(acc, me-1)
+		} else {
+			s.Recv(acc, me+1)
+		}
 		s.Next()
 	}
 }

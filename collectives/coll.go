@@ -228,12 +228,19 @@ func Iallreduce[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, e
 		return fabric.Request{}, err
 	}
 	acc, me, n := bytesOf(recv), c.Rank(), c.Size()
+	algo := choose("allreduce", len(acc), n, op.commutative)
+	if algo == Ring && n > 1 {
+		var sb []byte
+		if send != nil {
+			sb = bytesOf(send)
+		}
+		allreduceRing(s, sb, acc, op, size[T](), me, n)
+		return s.Start()
+	}
 	if send != nil {
 		copy(acc, bytesOf(send))
 	}
-	switch choose("allreduce", len(acc), n, op.commutative) {
-	case Ring:
-		allreduceRing(s, acc, op, size[T](), me, n)
+	switch algo {
 	case ReduceBcast:
 		allreduceReduceBcast(s, acc, op, size[T](), me, n)
 	default:

@@ -20,6 +20,7 @@ const (
 	RecursiveDoubling Algorithm = "recursive_doubling" // allreduce, allgather (2^k ranks), scan
 	Ring              Algorithm = "ring"               // allreduce (commutative), allgather(v), reduce_scatter
 	ReduceBcast       Algorithm = "reduce_bcast"       // allreduce
+	Rabenseifner      Algorithm = "rabenseifner"       // allreduce: recursive halving + doubling
 	Linear            Algorithm = "linear"             // gather(v), scatter(v), alltoall(v)
 	Pairwise          Algorithm = "pairwise"           // alltoall(v)
 	Bruck             Algorithm = "bruck"              // allgather, alltoall
@@ -31,7 +32,7 @@ var algorithms = map[string][]Algorithm{
 	"barrier":        {Dissemination, Tree},
 	"bcast":          {Binomial, ScatterAllgather},
 	"reduce":         {Binomial},
-	"allreduce":      {RecursiveDoubling, Ring, ReduceBcast},
+	"allreduce":      {RecursiveDoubling, Ring, Rabenseifner, ReduceBcast},
 	"gather":         {Binomial, Linear},
 	"scatter":        {Binomial, Linear},
 	"allgather":      {RecursiveDoubling, Ring, Bruck},
