@@ -25,7 +25,14 @@ func progAllocs(ctx context.Context, ep *fabric.Endpoint) error {
 		{"barrier", func() error { return Barrier(ctx, c) }},
 		{"allreduce 8 B", func() error { return Allreduce(ctx, c, x, y, Sum[byte]()) }},
 		{"allreduce 1 MiB", func() error { return Allreduce(ctx, c, big, bigy, Sum[byte]()) }},
-		{"bcast 8 B", func() error { return Bcast(ctx, c, x, 0) }},
+		// A root that runs ahead queues sends, and its pool of operations
+		// grows to match: a barrier keeps the ranks in step.
+		{"bcast 8 B + barrier", func() error {
+			if err := Bcast(ctx, c, x, 0); err != nil {
+				return err
+			}
+			return Barrier(ctx, c)
+		}},
 	} {
 		var err error
 		t0 := time.Now()
