@@ -19,9 +19,11 @@ func barrierDissemination(s *fabric.Schedule, me, n int) {
 // barrierTree gathers zero-byte messages up a binomial tree to rank 0 and
 // sends the release back down.
 func barrierTree(s *fabric.Schedule, me, n int) {
-	parent, children := binomial(me, n)
-	for _, ch := range children {
-		s.Recv(nil, ch)
+	parent, mask := binomial(me, n)
+	for m := mask >> 1; m > 0; m >>= 1 {
+		if me+m < n {
+			s.Recv(nil, me+m)
+		}
 	}
 	s.Next()
 	if parent >= 0 {
@@ -30,43 +32,43 @@ func barrierTree(s *fabric.Schedule, me, n int) {
 		s.Recv(nil, parent)
 		s.Next()
 	}
-	for _, ch := range children {
-		s.Send(nil, ch)
+	for m := mask >> 1; m > 0; m >>= 1 {
+		if me+m < n {
+			s.Send(nil, me+m)
+		}
 	}
 	s.Next()
 }
 
-// binomial returns a rank's parent (-1 at the root) and children in the
-// binomial tree rooted at relative rank 0, smallest subtree last.
-func binomial(vr, n int) (parent int, children []int) {
-	parent = -1
-	mask := 1
+// binomial returns a relative rank's parent (-1 at the root) in the
+// binomial tree rooted at 0, and the mask below which its children lie:
+// vr+m for each power of two m < mask with vr+m < n, largest subtree
+// first when walked downwards.
+func binomial(vr, n int) (parent, mask int) {
+	parent, mask = -1, 1
 	for mask < n {
 		if vr&mask != 0 {
-			parent = vr - mask
-			break
+			return vr - mask, mask
 		}
 		mask <<= 1
 	}
-	for mask >>= 1; mask > 0; mask >>= 1 {
-		if vr+mask < n {
-			children = append(children, vr+mask)
-		}
-	}
-	return parent, children
+	return parent, mask
 }
 
 func rel(r, root, n int) int  { return (r - root + n) % n }
 func abs(vr, root, n int) int { return (vr + root) % n }
 
 func bcastBinomial(s *fabric.Schedule, buf []byte, me, n, root int) {
-	parent, children := binomial(rel(me, root, n), n)
+	vr := rel(me, root, n)
+	parent, mask := binomial(vr, n)
 	if parent >= 0 {
 		s.Recv(buf, abs(parent, root, n))
 		s.Next()
 	}
-	for _, ch := range children {
-		s.Send(buf, abs(ch, root, n))
+	for m := mask >> 1; m > 0; m >>= 1 {
+		if vr+m < n {
+			s.Send(buf, abs(vr+m, root, n))
+		}
 	}
 	s.Next()
 }
