@@ -283,20 +283,27 @@ func gatherLinear(s *fabric.Schedule, send, recv []byte, counts, displs []int, e
 	s.Next()
 }
 
+// subtree returns the lowest set bit of relative rank vr (for the root,
+// the first power of two ≥ n) and the size of vr's binomial subtree,
+// relative ranks [vr, vr+sub).
+func subtree(vr, n int) (mask, sub int) {
+	mask = 1
+	for mask < n && vr&mask == 0 {
+		mask <<= 1
+	}
+	if vr == 0 {
+		return mask, n
+	}
+	return mask, min(mask, n-vr)
+}
+
 // gatherBinomial: each node gathers its subtree's blocks, in relative
 // order, and passes them up; the root puts them in rank order.
 func gatherBinomial(s *fabric.Schedule, send, recv []byte, me, n, root int) {
 	blk := len(send)
 	vr := rel(me, root, n)
-	mask := 1
-	for mask < n && vr&mask == 0 {
-		mask <<= 1
-	}
-	sub := min(mask, n-vr) // this node's subtree: relative ranks [vr, vr+sub)
-	if vr == 0 {
-		sub = n
-	}
-	tmp := make([]byte, sub*blk)
+	mask, sub := subtree(vr, n)
+	tmp := s.Scratch(sub * blk)
 	copy(tmp, send)
 	for m := 1; m < mask && vr+m < n; m <<= 1 {
 		s.Recv(tmp[m*blk:min(2*m, n-vr)*blk], abs(vr+m, root, n))
@@ -336,15 +343,8 @@ func scatterLinear(s *fabric.Schedule, send, recv []byte, counts, displs []int, 
 func scatterBinomial(s *fabric.Schedule, send, recv []byte, me, n, root int) {
 	blk := len(recv)
 	vr := rel(me, root, n)
-	mask := 1
-	for mask < n && vr&mask == 0 {
-		mask <<= 1
-	}
-	sub := min(mask, n-vr)
-	if vr == 0 {
-		sub = n
-	}
-	tmp := make([]byte, sub*blk)
+	mask, sub := subtree(vr, n)
+	tmp := s.Scratch(sub * blk)
 	if vr == 0 {
 		for v := 0; v < n; v++ {
 			r := abs(v, root, n)

@@ -1,17 +1,15 @@
 package collectives
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric"
-	"github.com/rivet-hpc/rivet/internal/launch"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 const progEnv = "RIVET_COLL_TEST_PROG"
@@ -49,27 +47,12 @@ func runProg(name string) int {
 // runJob runs prog on n ranks and returns output and status.
 func runJob(t *testing.T, n int, prog string, ft bool, env ...string) (string, string, int) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
-	defer cancel()
-	st := launch.Run(ctx, launch.Options{N: n, Tag: true, FT: ft, Grace: time.Second,
-		Env: append([]string{progEnv + "=" + prog}, env...), Stdout: &out, Stderr: &errb},
-		[]string{os.Args[0], "-test.run=^$"})
-	return out.String(), errb.String(), st
+	return testutil.Job(t, n, ft, append([]string{progEnv + "=" + prog}, env...)...)
 }
 
 func runOK(t *testing.T, n int, prog string, env ...string) string {
 	t.Helper()
-	out, errs, st := runJob(t, n, prog, false, env...)
-	if st != 0 {
-		t.Fatalf("%s on %d ranks: status %d\n%s\n%s", prog, n, st, out, errs)
-	}
-	for r := 0; r < n; r++ {
-		if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
-			t.Fatalf("rank %d did not finish:\n%s\n%s", r, out, errs)
-		}
-	}
-	return out
+	return testutil.JobOK(t, n, append([]string{progEnv + "=" + prog}, env...)...)
 }
 
 // Affine is f(x) = A·x + B mod 1000003; composing them is associative but

@@ -48,17 +48,26 @@ func (h *health) check(e *engine) {
 	if err != nil || n == 0 {
 		return
 	}
-	for i := range h.pfds {
-		if h.pfds[i].Revents&unix.POLLIN == 0 || h.pfds[i].Fd < 0 {
-			continue
-		}
-		w := h.world[i]
-		unix.Close(int(h.pfds[i].Fd))
-		h.pfds[i].Fd = -1 // poll ignores negative fds
-		if e.route[w] != nil && e.route[w].closed(w) {
-			e.markFailed(w, fmt.Errorf("%w: world rank %d closed its endpoint", ErrClosed, w))
-		} else {
-			e.markFailed(w, procFailed("world rank %d exited (seen through its pidfd)", w))
+	// Failures first, then clean exits: a process that closed right after
+	// a collective failed under it must not hide the failure behind its
+	// own, unremarkable, exit.
+	for pass := 0; pass < 2; pass++ {
+		for i := range h.pfds {
+			if h.pfds[i].Revents&unix.POLLIN == 0 || h.pfds[i].Fd < 0 {
+				continue
+			}
+			w := h.world[i]
+			closed := e.route[w] != nil && e.route[w].closed(w)
+			if closed != (pass == 1) {
+				continue
+			}
+			unix.Close(int(h.pfds[i].Fd))
+			h.pfds[i].Fd = -1 // poll ignores negative fds
+			if closed {
+				e.markFailed(w, fmt.Errorf("%w: world rank %d closed its endpoint", ErrClosed, w))
+			} else {
+				e.markFailed(w, procFailed("world rank %d exited (seen through its pidfd)", w))
+			}
 		}
 	}
 }

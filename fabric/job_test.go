@@ -1,7 +1,6 @@
 package fabric
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rivet-hpc/rivet/internal/launch"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 // progEnv makes the test binary run one of progs, as one rank of a job
@@ -83,28 +82,13 @@ func runProg(name string) (status int) {
 // runJob runs prog on n ranks and returns its output and status.
 func runJob(t *testing.T, n int, prog string, ft bool, env ...string) (string, string, int) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	st := launch.Run(ctx, launch.Options{N: n, Tag: true, FT: ft, Grace: time.Second,
-		Env: append([]string{progEnv + "=" + prog}, env...), Stdout: &out, Stderr: &errb},
-		[]string{os.Args[0], "-test.run=^$"})
-	return out.String(), errb.String(), st
+	return testutil.Job(t, n, ft, append([]string{progEnv + "=" + prog}, env...)...)
 }
 
 // runOK runs prog and fails the test unless every rank says ok.
 func runOK(t *testing.T, n int, prog string, env ...string) string {
 	t.Helper()
-	out, errs, st := runJob(t, n, prog, false, env...)
-	if st != 0 {
-		t.Fatalf("%s on %d ranks: status %d\nstdout:\n%s\nstderr:\n%s", prog, n, st, out, errs)
-	}
-	for r := 0; r < n; r++ {
-		if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
-			t.Fatalf("rank %d did not finish:\n%s\n%s", r, out, errs)
-		}
-	}
-	return out
+	return testutil.JobOK(t, n, append([]string{progEnv + "=" + prog}, env...)...)
 }
 
 func openFDs() map[string]string {

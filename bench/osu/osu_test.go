@@ -22,16 +22,17 @@ const progEnv = "RIVET_OSU_TEST_PROG"
 
 func TestMain(m *testing.M) {
 	if name := os.Getenv(progEnv); name != "" {
-		os.Exit(child(name))
+		os.Exit(child(name, false))
 	}
 	if name := os.Getenv(collEnv); name != "" {
-		os.Exit(collChild(name))
+		os.Exit(child(name, true))
 	}
 	os.Exit(m.Run())
 }
 
-// child runs one benchmark as a rank of a job the test launched.
-func child(name string) int {
+// child runs one benchmark, point-to-point or collective, as a rank of a
+// job the test launched.
+func child(name string, coll bool) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ep, err := fabric.Init(ctx)
@@ -40,32 +41,19 @@ func child(name string) int {
 		return 1
 	}
 	defer ep.Close()
-	b, _ := Lookup(name)
-	o, err := b.ParseArgs(strings.Fields(os.Getenv("RIVET_OSU_TEST_ARGS")), io.Discard)
-	if err == nil {
-		err = b.Run(ctx, ep.World(), o, os.Stdout)
-	}
-	if err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		return 1
-	}
-	return 0
-}
-
-// collChild runs one collective benchmark as a rank of a launched job.
-func collChild(name string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	ep, err := fabric.Init(ctx)
-	if err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		return 1
-	}
-	defer ep.Close()
-	b, _ := LookupCollective(name)
-	o, err := b.ParseArgs(strings.Fields(os.Getenv("RIVET_OSU_TEST_ARGS")), io.Discard)
-	if err == nil {
-		err = b.Run(ctx, ep.World(), o, os.Stdout)
+	args := strings.Fields(os.Getenv("RIVET_OSU_TEST_ARGS"))
+	if coll {
+		b, _ := LookupCollective(name)
+		var o CollOptions
+		if o, err = b.ParseArgs(args, io.Discard); err == nil {
+			err = b.Run(ctx, ep.World(), o, os.Stdout)
+		}
+	} else {
+		b, _ := Lookup(name)
+		var o Options
+		if o, err = b.ParseArgs(args, io.Discard); err == nil {
+			err = b.Run(ctx, ep.World(), o, os.Stdout)
+		}
 	}
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")

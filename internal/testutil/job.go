@@ -1,0 +1,42 @@
+package testutil
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/internal/launch"
+)
+
+// Job runs this test binary on n ranks through rivetrun's engine — each
+// rank running the program env names instead of the tests — with output
+// tagged "[rank] ", and returns stdout, stderr and the job's status.
+func Job(t testing.TB, n int, ft bool, env ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
+	defer cancel()
+	st := launch.Run(ctx, launch.Options{N: n, Tag: true, FT: ft, Grace: time.Second,
+		Env: env, Stdout: &out, Stderr: &errb}, []string{os.Args[0], "-test.run=^$"})
+	return out.String(), errb.String(), st
+}
+
+// JobOK is Job without -ft that fails the test unless every rank printed
+// "rank R ok".
+func JobOK(t testing.TB, n int, env ...string) string {
+	t.Helper()
+	out, errs, st := Job(t, n, false, env...)
+	if st != 0 {
+		t.Fatalf("%v on %d ranks: status %d\nstdout:\n%s\nstderr:\n%s", env, n, st, out, errs)
+	}
+	for r := 0; r < n; r++ {
+		if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+			t.Fatalf("rank %d did not finish:\n%s\n%s", r, out, errs)
+		}
+	}
+	return out
+}
