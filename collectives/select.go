@@ -2,9 +2,11 @@ package collectives
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Algorithm names a collective algorithm.
@@ -44,8 +46,8 @@ var algorithms = map[string][]Algorithm{
 }
 
 var (
-	forceMu sync.RWMutex
-	forced  = map[string]Algorithm{}
+	forceMu sync.Mutex                          // serializes Force
+	forced  atomic.Pointer[map[string]Algorithm] // read on every call: an immutable snapshot
 )
 
 // ForceEnv is the environment variable that overrides the selection
@@ -78,11 +80,16 @@ func Force(coll string, a Algorithm) error {
 	}
 	forceMu.Lock()
 	defer forceMu.Unlock()
-	if a == Auto {
-		delete(forced, coll)
-	} else {
-		forced[coll] = a
+	m := map[string]Algorithm{}
+	if old := forced.Load(); old != nil {
+		maps.Copy(m, *old)
 	}
+	if a == Auto {
+		delete(m, coll)
+	} else {
+		m[coll] = a
+	}
+	forced.Store(&m)
 	return nil
 }
 
@@ -96,9 +103,10 @@ func contains(as []Algorithm, a Algorithm) bool {
 }
 
 func forcedFor(coll string) Algorithm {
-	forceMu.RLock()
-	defer forceMu.RUnlock()
-	return forced[coll]
+	if m := forced.Load(); m != nil {
+		return (*m)[coll]
+	}
+	return Auto
 }
 
 func pow2(n int) bool { return n&(n-1) == 0 }

@@ -36,7 +36,8 @@ type Comm struct {
 	freed atomic.Bool
 	world bool
 
-	collSeq int // the next schedule's tag; with e.mu held
+	collSeq atomic.Int64             // schedules started: the next one's tag
+	spare   atomic.Pointer[Schedule] // the last finished schedule, for the next
 }
 
 func newComm(ep *Endpoint, id uint32, ranks []int) *Comm {

@@ -107,6 +107,10 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 		*r = Request{}
 		return Status{}, ErrRequestDone
 	}
+	if r.op.state == stDone { // already complete: one lock round trip
+		defer e.mu.Unlock()
+		return r.complete()
+	}
 	e.mu.Unlock()
 	werr := e.wait(ctx, r.op)
 	e.mu.Lock()

@@ -92,16 +92,17 @@ func (c *Comm) NewSchedule() (*Schedule, error) {
 		return nil, err
 	}
 	e := c.e
-	e.mu.Lock()
-	tag := c.collSeq
-	c.collSeq = (c.collSeq + 1) & MaxTag
-	var s *Schedule
-	if n := len(e.freeS); n > 0 {
-		s, e.freeS = e.freeS[n-1], e.freeS[:n-1]
-	} else {
-		s = &Schedule{}
+	tag := int(c.collSeq.Add(1)-1) & MaxTag
+	s := c.spare.Swap(nil) // the schedule this communicator finished last
+	if s == nil {
+		e.mu.Lock()
+		if n := len(e.freeS); n > 0 {
+			s, e.freeS = e.freeS[n-1], e.freeS[:n-1]
+		} else {
+			s = &Schedule{}
+		}
+		e.mu.Unlock()
 	}
-	e.mu.Unlock()
 	s.c, s.tag, s.cur, s.o, s.nscratch = c, tag, 0, nil, 0
 	s.nrounds = 0
 	s.newRound()
@@ -126,8 +127,11 @@ func (e *engine) recycle(s *Schedule) {
 		clear(r.msgs)
 		clear(r.local)
 	}
+	c := s.c
 	s.c, s.o = nil, nil
-	e.freeS = append(e.freeS, s)
+	if !c.spare.CompareAndSwap(nil, s) {
+		e.freeS = append(e.freeS, s)
+	}
 }
 
 func (s *Schedule) last() *schedRound { return &s.rounds[s.nrounds-1] }
@@ -214,9 +218,11 @@ func (s *Schedule) Start() (Request, error) {
 	o.kind, o.comm, o.sched, o.state = reqSched, s.c, s, stActive
 	s.o = o
 	h := e.handle(o)
-	if err := s.c.failedMember(); err != nil {
-		e.finish(o, err)
-		return h, nil
+	if e.nfailed > 0 {
+		if err := s.c.failedMember(); err != nil {
+			e.finish(o, err)
+			return h, nil
+		}
 	}
 	e.scheds = append(e.scheds, s)
 	s.post()
