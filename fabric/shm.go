@@ -28,8 +28,8 @@ import (
 // writer stores the sequence word last: the reader polls the one cache
 // line that holds the next frame's sequence, header and first payload
 // bytes, and small messages sit in consecutive lines of the ring. The
-// reader zeroes the first word of every cell it consumes, so a stale
-// payload byte can never pass for a sequence number. Messages up to
+// reader zeroes the first word of every continuation cell it consumes, so
+// stale payload can never pass for a sequence number. Messages up to
 // the eager limit (16 KiB) are copied through the ring; longer ones go by
 // rendezvous: the receiver reads them straight from the
 // sender's memory with process_vm_readv (one copy, no staging) and
@@ -272,10 +272,12 @@ func (s *shmProvider) poll(e *engine, budget int) int {
 				cells = cellsFor(size)
 			}
 			e.deliver(in.world, &h, &s.pl)
-			// Zero the frame's cells' first words before handing them
-			// back: the writer then finds, at any cell where a frame may
-			// start, a zero or a sequence number, never stale payload.
-			for i := 0; i < cells; i++ {
+			// Zero the first words of the frame's continuation cells —
+			// payload there could pass for a sequence number a lap later.
+			// A first cell's word is a sequence number already, always
+			// smaller than the one a later lap expects, and leaving it
+			// alone keeps a small message to one line transfer.
+			for i := 1; i < cells; i++ {
 				*word(in.ring.cell(in.head+uint64(i), s.cells), 0) = 0
 			}
 			in.head += uint64(cells)
