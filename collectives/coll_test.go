@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric"
-	"github.com/rivet-hpc/rivet/internal/testutil"
+	"github.com/rivet-hpc/rivet/internal/jobtest"
 )
 
 const progEnv = "RIVET_COLL_TEST_PROG"
@@ -47,12 +47,12 @@ func runProg(name string) int {
 // runJob runs prog on n ranks and returns output and status.
 func runJob(t *testing.T, n int, prog string, ft bool, env ...string) (string, string, int) {
 	t.Helper()
-	return testutil.Job(t, n, ft, append([]string{progEnv + "=" + prog}, env...)...)
+	return jobtest.Job(t, n, ft, append([]string{progEnv + "=" + prog}, env...)...)
 }
 
 func runOK(t *testing.T, n int, prog string, env ...string) string {
 	t.Helper()
-	return testutil.JobOK(t, n, append([]string{progEnv + "=" + prog}, env...)...)
+	return jobtest.JobOK(t, n, append([]string{progEnv + "=" + prog}, env...)...)
 }
 
 // Affine is f(x) = A·x + B mod 1000003; composing them is associative but

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rivet-hpc/rivet/internal/testutil"
+	"github.com/rivet-hpc/rivet/internal/jobtest"
 )
 
 // progEnv makes the test binary run one of progs, as one rank of a job
@@ -82,13 +82,13 @@ func runProg(name string) (status int) {
 // runJob runs prog on n ranks and returns its output and status.
 func runJob(t *testing.T, n int, prog string, ft bool, env ...string) (string, string, int) {
 	t.Helper()
-	return testutil.Job(t, n, ft, append([]string{progEnv + "=" + prog}, env...)...)
+	return jobtest.Job(t, n, ft, append([]string{progEnv + "=" + prog}, env...)...)
 }
 
 // runOK runs prog and fails the test unless every rank says ok.
 func runOK(t *testing.T, n int, prog string, env ...string) string {
 	t.Helper()
-	return testutil.JobOK(t, n, append([]string{progEnv + "=" + prog}, env...)...)
+	return jobtest.JobOK(t, n, append([]string{progEnv + "=" + prog}, env...)...)
 }
 
 func openFDs() map[string]string {

@@ -1,4 +1,7 @@
-package testutil
+// Package jobtest runs a test binary as the ranks of a job, through
+// rivetrun's engine (internal/launch). It is apart from testutil because
+// launch imports pmi, whose own tests use testutil.
+package jobtest
 
 import (
 	"bytes"
