@@ -31,6 +31,7 @@ type Schedule struct {
 
 	scratch  [][]byte // buffers handed out by Scratch, kept for reuse
 	nscratch int
+	tainted  bool // aborted with messages still moving: never reused
 }
 
 type schedRound struct {
@@ -129,6 +130,9 @@ func (e *engine) recycle(s *Schedule) {
 	}
 	c := s.c
 	s.c, s.o = nil, nil
+	if s.tainted {
+		return // left to the garbage collector once its messages are done
+	}
 	if !c.spare.CompareAndSwap(nil, s) {
 		e.freeS = append(e.freeS, s)
 	}
@@ -306,7 +310,10 @@ func (e *engine) abort(s *Schedule, err error) {
 		if r.state == stDone || e.cancel(r) {
 			e.release(r)
 		} else {
+			// A peer may still read this send's buffer — perhaps one of
+			// s's scratch buffers — so s must not be handed out again.
 			r.orphan = true
+			s.tainted = true
 		}
 	}
 	s.ops = s.ops[:0]
