@@ -82,23 +82,27 @@ func part(b []byte, esz, count, n, i int) []byte {
 	return b[off(count, n, i)*esz : off(count, n, i+1)*esz]
 }
 
-// split divides count elements into n blocks as evenly as possible.
-func split(count, n int) (counts, displs []int) {
-	counts, displs = make([]int, n), make([]int, n)
-	off := 0
-	for i := range counts {
-		counts[i] = count / n
-		if i < count%n {
-			counts[i]++
-		}
-		displs[i] = off
-		off += counts[i]
-	}
-	return counts, displs
+// layout places n blocks in a buffer: equal blocks of blk elements when
+// counts is nil, else counts[i] elements at displs[i].
+type layout struct {
+	counts, displs []int
+	blk            int
 }
 
-func block(b []byte, esz int, counts, displs []int, i int) []byte {
-	return b[displs[i]*esz : (displs[i]+counts[i])*esz]
+func equalBlocks(blk int) layout { return layout{blk: blk} }
+
+func (l layout) at(b []byte, esz, i int) []byte {
+	if l.counts == nil {
+		return b[i*l.blk*esz : (i+1)*l.blk*esz]
+	}
+	return b[l.displs[i]*esz : (l.displs[i]+l.counts[i])*esz]
+}
+
+func (l layout) count(i int) int {
+	if l.counts == nil {
+		return l.blk
+	}
+	return l.counts[i]
 }
 
 // bcastScatterAllgather is van de Geijn's broadcast for long messages:
@@ -269,7 +273,7 @@ func allreduceReduceBcast(s *fabric.Schedule, acc []byte, op Op, esz, me, n int)
 }
 
 // gatherLinear: the root receives every block at once (Gather, Gatherv).
-func gatherLinear(s *fabric.Schedule, send, recv []byte, counts, displs []int, esz, me, n, root int) {
+func gatherLinear(s *fabric.Schedule, send, recv []byte, l layout, esz, me, n, root int) {
 	if me != root {
 		s.Send(send, root)
 		s.Next()
@@ -277,7 +281,7 @@ func gatherLinear(s *fabric.Schedule, send, recv []byte, counts, displs []int, e
 	}
 	for r := 0; r < n; r++ {
 		if r != me {
-			s.Recv(block(recv, esz, counts, displs, r), r)
+			s.Recv(l.at(recv, esz, r), r)
 		}
 	}
 	s.Next()
@@ -314,17 +318,14 @@ func gatherBinomial(s *fabric.Schedule, send, recv []byte, me, n, root int) {
 		s.Next()
 		return
 	}
-	s.Then(func() error {
-		for v := 0; v < n; v++ {
-			r := abs(v, root, n)
-			copy(recv[r*blk:(r+1)*blk], tmp[v*blk:(v+1)*blk])
-		}
-		return nil
-	})
+	for v := 0; v < n; v++ {
+		r := abs(v, root, n)
+		s.Copy(recv[r*blk:(r+1)*blk], tmp[v*blk:(v+1)*blk])
+	}
 	s.Next()
 }
 
-func scatterLinear(s *fabric.Schedule, send, recv []byte, counts, displs []int, esz, me, n, root int) {
+func scatterLinear(s *fabric.Schedule, send, recv []byte, l layout, esz, me, n, root int) {
 	if me != root {
 		s.Recv(recv, root)
 		s.Next()
@@ -332,7 +333,7 @@ func scatterLinear(s *fabric.Schedule, send, recv []byte, counts, displs []int, 
 	}
 	for r := 0; r < n; r++ {
 		if r != me {
-			s.Send(block(send, esz, counts, displs, r), r)
+			s.Send(l.at(send, esz, r), r)
 		}
 	}
 	s.Next()
@@ -359,16 +360,16 @@ func scatterBinomial(s *fabric.Schedule, send, recv []byte, me, n, root int) {
 			s.Send(tmp[m*blk:min(2*m, n-vr)*blk], abs(vr+m, root, n))
 		}
 	}
-	s.Then(func() error { copy(recv, tmp[:blk]); return nil })
+	s.Copy(recv, tmp[:blk])
 	s.Next()
 }
 
 // allgatherRing: n-1 steps, each passing one block to the right.
-func allgatherRing(s *fabric.Schedule, recv []byte, counts, displs []int, esz, me, n int) {
+func allgatherRing(s *fabric.Schedule, recv []byte, l layout, esz, me, n int) {
 	right, left := (me+1)%n, (me-1+n)%n
 	for step := 0; step < n-1; step++ {
-		s.Send(block(recv, esz, counts, displs, (me-step+n)%n), right)
-		s.Recv(block(recv, esz, counts, displs, (me-step-1+n)%n), left)
+		s.Send(l.at(recv, esz, (me-step+n)%n), right)
+		s.Recv(l.at(recv, esz, (me-step-1+n)%n), left)
 		s.Next()
 	}
 }
@@ -388,7 +389,7 @@ func allgatherRecursiveDoubling(s *fabric.Schedule, recv []byte, blk, me, n int)
 // allgatherBruck: ceil(log2 n) steps for any n; blocks gather in a
 // rotated buffer that is put in rank order at the end.
 func allgatherBruck(s *fabric.Schedule, recv []byte, blk, me, n int) {
-	tmp := make([]byte, n*blk)
+	tmp := s.Scratch(n * blk)
 	copy(tmp, recv[me*blk:(me+1)*blk])
 	for k := 1; k < n; k <<= 1 {
 		cnt := min(k, n-k)
@@ -396,34 +397,31 @@ func allgatherBruck(s *fabric.Schedule, recv []byte, blk, me, n int) {
 		s.Recv(tmp[k*blk:(k+cnt)*blk], (me+k)%n)
 		s.Next()
 	}
-	s.Then(func() error {
-		for i := 0; i < n; i++ {
-			r := (me + i) % n
-			copy(recv[r*blk:(r+1)*blk], tmp[i*blk:(i+1)*blk])
-		}
-		return nil
-	})
+	for i := 0; i < n; i++ {
+		r := (me + i) % n
+		s.Copy(recv[r*blk:(r+1)*blk], tmp[i*blk:(i+1)*blk])
+	}
 	s.Next()
 }
 
 // alltoallPairwise: n-1 steps, sending to me+k and receiving from me-k.
-func alltoallPairwise(s *fabric.Schedule, send, recv []byte, scounts, sdispls, rcounts, rdispls []int, esz, me, n int) {
-	copy(block(recv, esz, rcounts, rdispls, me), block(send, esz, scounts, sdispls, me))
+func alltoallPairwise(s *fabric.Schedule, send, recv []byte, sl, rl layout, esz, me, n int) {
+	copy(rl.at(recv, esz, me), sl.at(send, esz, me))
 	for k := 1; k < n; k++ {
 		to, from := (me+k)%n, (me-k+n)%n
-		s.Send(block(send, esz, scounts, sdispls, to), to)
-		s.Recv(block(recv, esz, rcounts, rdispls, from), from)
+		s.Send(sl.at(send, esz, to), to)
+		s.Recv(rl.at(recv, esz, from), from)
 		s.Next()
 	}
 }
 
 // alltoallLinear: every message at once, in one round.
-func alltoallLinear(s *fabric.Schedule, send, recv []byte, scounts, sdispls, rcounts, rdispls []int, esz, me, n int) {
-	copy(block(recv, esz, rcounts, rdispls, me), block(send, esz, scounts, sdispls, me))
+func alltoallLinear(s *fabric.Schedule, send, recv []byte, sl, rl layout, esz, me, n int) {
+	copy(rl.at(recv, esz, me), sl.at(send, esz, me))
 	for k := 1; k < n; k++ {
 		to, from := (me+k)%n, (me-k+n)%n
-		s.Send(block(send, esz, scounts, sdispls, to), to)
-		s.Recv(block(recv, esz, rcounts, rdispls, from), from)
+		s.Send(sl.at(send, esz, to), to)
+		s.Recv(rl.at(recv, esz, from), from)
 	}
 	s.Next()
 }
@@ -432,44 +430,37 @@ func alltoallLinear(s *fabric.Schedule, send, recv []byte, scounts, sdispls, rco
 // step k send every block whose index has bit k set to me+k, and rotate
 // back at the end.
 func alltoallBruck(s *fabric.Schedule, send, recv []byte, blk, me, n int) {
-	tmp := make([]byte, n*blk)
+	tmp := s.Scratch(n * blk)
 	for i := 0; i < n; i++ { // tmp[i] = the block for me+i
 		r := (me + i) % n
 		copy(tmp[i*blk:(i+1)*blk], send[r*blk:(r+1)*blk])
 	}
+	out := s.Scratch((n + 1) / 2 * blk) // at most half the blocks move per step
+	in := s.Scratch((n + 1) / 2 * blk)
 	for k := 1; k < n; k <<= 1 {
-		var idx []int
+		j := 0
 		for i := 0; i < n; i++ {
 			if i&k != 0 {
-				idx = append(idx, i)
+				s.Copy(out[j*blk:(j+1)*blk], tmp[i*blk:(i+1)*blk])
+				j++
 			}
 		}
-		out := make([]byte, len(idx)*blk)
-		in := make([]byte, len(idx)*blk)
-		s.Then(func() error {
-			for j, i := range idx {
-				copy(out[j*blk:(j+1)*blk], tmp[i*blk:(i+1)*blk])
-			}
-			return nil
-		})
 		s.Next()
-		s.Send(out, (me+k)%n)
-		s.Recv(in, (me-k+n)%n)
-		s.Then(func() error {
-			for j, i := range idx {
-				copy(tmp[i*blk:(i+1)*blk], in[j*blk:(j+1)*blk])
+		s.Send(out[:j*blk], (me+k)%n)
+		s.Recv(in[:j*blk], (me-k+n)%n)
+		j = 0
+		for i := 0; i < n; i++ {
+			if i&k != 0 {
+				s.Copy(tmp[i*blk:(i+1)*blk], in[j*blk:(j+1)*blk])
+				j++
 			}
-			return nil
-		})
+		}
 		s.Next()
 	}
-	s.Then(func() error { // tmp[i] now came from me-i
-		for i := 0; i < n; i++ {
-			r := (me - i + n) % n
-			copy(recv[r*blk:(r+1)*blk], tmp[i*blk:(i+1)*blk])
-		}
-		return nil
-	})
+	for i := 0; i < n; i++ { // tmp[i] now came from me-i
+		r := (me - i + n) % n
+		s.Copy(recv[r*blk:(r+1)*blk], tmp[i*blk:(i+1)*blk])
+	}
 	s.Next()
 }
 
@@ -507,18 +498,18 @@ func scanRecursiveDoubling(s *fabric.Schedule, send, recv []byte, op Op, me, n i
 
 // reduceScatterRing: n-1 steps passing partial sums of one block to the
 // right; rank me ends with block me reduced. Commutative ops only.
-func reduceScatterRing(s *fabric.Schedule, acc []byte, counts, displs []int, op Op, esz, me, n int) {
+func reduceScatterRing(s *fabric.Schedule, acc []byte, l layout, op Op, esz, me, n int) {
 	right, left := (me+1)%n, (me-1+n)%n
 	most := 0
-	for _, k := range counts {
-		most = max(most, k)
+	for i := 0; i < n; i++ {
+		most = max(most, l.count(i))
 	}
 	tmp := s.Scratch(most * esz)
 	for step := 0; step < n-1; step++ {
 		sb, rb := (me-step-1+2*n)%n, (me-step-2+2*n)%n
-		dst := block(acc, esz, counts, displs, rb)
+		dst := l.at(acc, esz, rb)
 		in := tmp[:len(dst)]
-		s.Send(block(acc, esz, counts, displs, sb), right)
+		s.Send(l.at(acc, esz, sb), right)
 		s.Recv(in, left)
 		s.Reduce(op.fn, in, dst)
 		s.Next()

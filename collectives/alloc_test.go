@@ -3,6 +3,7 @@ package collectives
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,17 @@ func progAllocs(ctx context.Context, ep *fabric.Endpoint) error {
 		{"barrier", func() error { return Barrier(ctx, c) }},
 		{"allreduce 8 B", func() error { return Allreduce(ctx, c, x, y, Sum[byte]()) }},
 		{"allreduce 1 MiB", func() error { return Allreduce(ctx, c, big, bigy, Sum[byte]()) }},
+		{"allgather 8 B", func() error { return Allgather(ctx, c, x, big[:8*c.Size()]) }},
+		{"alltoall 8 B (pairwise)", func() error { return Alltoall(ctx, c, big[:8*c.Size()], bigy[:8*c.Size()]) }},
+		{"alltoall 8 B (bruck)", func() error { return Alltoall(ctx, c, big[:8*c.Size()], bigy[:8*c.Size()]) }},
+		{"reduce_scatter_block 8 B", func() error { return ReduceScatterBlock(ctx, c, big[:8*c.Size()], y, Sum[byte]()) }},
+		{"scan 8 B", func() error { return Scan(ctx, c, x, y, Sum[byte]()) }},
+		{"gather+scatter 8 B", func() error {
+			if err := Gather(ctx, c, x, big[:8*c.Size()], 0); err != nil {
+				return err
+			}
+			return Scatter(ctx, c, big[:8*c.Size()], y, 0)
+		}},
 		// A root that runs ahead queues sends, and its pool of operations
 		// grows to match: a barrier keeps the ranks in step.
 		{"bcast 8 B + barrier", func() error {
@@ -35,12 +47,16 @@ func progAllocs(ctx context.Context, ep *fabric.Endpoint) error {
 		}},
 	} {
 		var err error
+		if strings.Contains(tc.name, "(bruck)") {
+			Force("alltoall", Bruck)
+		}
 		t0 := time.Now()
 		allocs := testing.AllocsPerRun(runs, func() {
 			if e := tc.f(); e != nil && err == nil {
 				err = e
 			}
 		})
+		Force("alltoall", Auto)
 		if err != nil {
 			return err
 		}

@@ -283,21 +283,11 @@ func Igather[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, e
 		copy(rb[me*blk*esz:], sb)
 	}
 	if choose("gather", len(sb), n, true) == Linear {
-		counts, displs := equal(blk, n)
-		gatherLinear(s, sb, rb, counts, displs, esz, me, n, root)
+		gatherLinear(s, sb, rb, equalBlocks(blk), esz, me, n, root)
 	} else {
-		gatherBinomial(s, append([]byte(nil), sb...), rb, me, n, root)
+		gatherBinomial(s, sb, rb, me, n, root)
 	}
 	return s.Start()
-}
-
-// equal is counts and displacements of n blocks of blk elements.
-func equal(blk, n int) (counts, displs []int) {
-	counts, displs = make([]int, n), make([]int, n)
-	for i := range counts {
-		counts[i], displs[i] = blk, i*blk
-	}
-	return counts, displs
 }
 
 // checkVector checks counts and displacements against a buffer of total
@@ -353,7 +343,7 @@ func Igatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int, root 
 			copy(rb[displs[me]*esz:], sb)
 		}
 	}
-	gatherLinear(s, sb, rb, counts, displs, esz, me, n, root)
+	gatherLinear(s, sb, rb, layout{counts: counts, displs: displs}, esz, me, n, root)
 	return s.Start()
 }
 
@@ -385,14 +375,13 @@ func Iscatter[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, 
 	}
 	sb, rb := bytesOf(send), bytesOf(recv)
 	if me == root && recv == nil {
-		rb = make([]byte, blk*esz) // the root's own block stays where it is
+		rb = s.Scratch(blk * esz) // the root's own block stays where it is
 	}
 	if choose("scatter", blk*esz, n, true) == Linear {
-		counts, displs := equal(blk, n)
 		if me == root {
 			copy(rb, sb[me*blk*esz:(me+1)*blk*esz])
 		}
-		scatterLinear(s, sb, rb, counts, displs, esz, me, n, root)
+		scatterLinear(s, sb, rb, equalBlocks(blk), esz, me, n, root)
 	} else {
 		scatterBinomial(s, sb, rb, me, n, root)
 	}
@@ -422,10 +411,10 @@ func Iscatterv[T any](c *fabric.Comm, send []T, counts, displs []int, recv []T, 
 			if len(recv) != counts[me] {
 				return abandon(s, countErr("root receives %d elements, its count is %d", len(recv), counts[me]))
 			}
-			copy(rb, block(sb, esz, counts, displs, me))
+			copy(rb, layout{counts: counts, displs: displs}.at(sb, esz, me))
 		}
 	}
-	scatterLinear(s, sb, rb, counts, displs, esz, me, n, root)
+	scatterLinear(s, sb, rb, layout{counts: counts, displs: displs}, esz, me, n, root)
 	return s.Start()
 }
 
@@ -461,8 +450,7 @@ func Iallgather[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
 	case Bruck:
 		allgatherBruck(s, rb, blk*esz, me, n)
 	default:
-		counts, displs := equal(blk, n)
-		allgatherRing(s, rb, counts, displs, esz, me, n)
+		allgatherRing(s, rb, equalBlocks(blk), esz, me, n)
 	}
 	return s.Start()
 }
@@ -491,7 +479,7 @@ func Iallgatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int) (f
 		}
 		copy(rb[displs[me]*esz:], bytesOf(send))
 	}
-	allgatherRing(s, rb, counts, displs, esz, me, n)
+	allgatherRing(s, rb, layout{counts: counts, displs: displs}, esz, me, n)
 	return s.Start()
 }
 
@@ -518,11 +506,9 @@ func Ialltoall[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
 	case Bruck:
 		alltoallBruck(s, sb, rb, blk*esz, me, n)
 	case Linear:
-		counts, displs := equal(blk, n)
-		alltoallLinear(s, sb, rb, counts, displs, counts, displs, esz, me, n)
+		alltoallLinear(s, sb, rb, equalBlocks(blk), equalBlocks(blk), esz, me, n)
 	default:
-		counts, displs := equal(blk, n)
-		alltoallPairwise(s, sb, rb, counts, displs, counts, displs, esz, me, n)
+		alltoallPairwise(s, sb, rb, equalBlocks(blk), equalBlocks(blk), esz, me, n)
 	}
 	return s.Start()
 }
@@ -551,10 +537,11 @@ func Ialltoallv[T any](c *fabric.Comm, send []T, scounts, sdispls []int, recv []
 		return abandon(s, countErr("this process sends itself %d elements but expects %d", scounts[me], rcounts[me]))
 	}
 	sb, rb := bytesOf(send), bytesOf(recv)
+	sl, rl := layout{counts: scounts, displs: sdispls}, layout{counts: rcounts, displs: rdispls}
 	if choose("alltoallv", 0, n, true) == Linear {
-		alltoallLinear(s, sb, rb, scounts, sdispls, rcounts, rdispls, esz, me, n)
+		alltoallLinear(s, sb, rb, sl, rl, esz, me, n)
 	} else {
-		alltoallPairwise(s, sb, rb, scounts, sdispls, rcounts, rdispls, esz, me, n)
+		alltoallPairwise(s, sb, rb, sl, rl, esz, me, n)
 	}
 	return s.Start()
 }
@@ -576,7 +563,7 @@ func IreduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, op Op) 
 	if err != nil {
 		return fabric.Request{}, err
 	}
-	me, n, esz := c.Rank(), c.Size(), size[T]()
+	n := c.Size()
 	if len(counts) != n {
 		return abandon(s, countErr("%d counts for %d processes", len(counts), n))
 	}
@@ -587,20 +574,27 @@ func IreduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, op Op) 
 		}
 		displs[i], total = total, total+k
 	}
-	if len(send) != total || len(recv) != counts[me] {
-		return abandon(s, countErr("send has %d elements (counts sum to %d), recv %d (count %d)", len(send), total, len(recv), counts[me]))
+	return reduceScatter(s, c, bytesOf(send), bytesOf(recv), len(send), len(recv), layout{counts: counts, displs: displs}, total, op, size[T]())
+}
+
+// reduceScatter checks the buffers against the layout and builds the
+// schedule; sn and rn are the buffers' lengths in elements.
+func reduceScatter(s *fabric.Schedule, c *fabric.Comm, send, recv []byte, sn, rn int, l layout, total int, op Op, esz int) (fabric.Request, error) {
+	me, n := c.Rank(), c.Size()
+	if sn != total || rn != l.count(me) {
+		return abandon(s, countErr("send has %d elements (counts sum to %d), recv %d (count %d)", sn, total, rn, l.count(me)))
 	}
-	acc := append([]byte(nil), bytesOf(send)...)
-	rb := bytesOf(recv)
+	acc := s.Scratch(len(send))
+	copy(acc, send)
 	if choose("reduce_scatter", total*esz/n, n, op.commutative) == Ring {
-		reduceScatterRing(s, acc, counts, displs, op, esz, me, n)
-		s.Then(func() error { copy(rb, block(acc, esz, counts, displs, me)); return nil })
+		reduceScatterRing(s, acc, l, op, esz, me, n)
+		s.Copy(recv, l.at(acc, esz, me))
 	} else {
 		// Reduce to rank 0 in rank order, then scatter the blocks.
 		reduceBinomial(s, acc, op, me, n, 0)
-		scatterLinear(s, acc, rb, counts, displs, esz, me, n, 0)
+		scatterLinear(s, acc, recv, l, esz, me, n, 0)
 		if me == 0 {
-			s.Then(func() error { copy(rb, block(acc, esz, counts, displs, 0)); return nil })
+			s.Copy(recv, l.at(acc, esz, 0))
 		}
 	}
 	return s.Start()
@@ -615,11 +609,14 @@ func ReduceScatterBlock[T any](ctx context.Context, c *fabric.Comm, send, recv [
 
 // IreduceScatterBlock is the nonblocking ReduceScatterBlock.
 func IreduceScatterBlock[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
-	if c == nil {
-		return fabric.Request{}, fmt.Errorf("%w: nil", fabric.ErrComm)
+	if err := checkOp[T](op); err != nil {
+		return fabric.Request{}, err
 	}
-	counts, _ := equal(len(recv), c.Size())
-	return IreduceScatter(c, send, recv, counts, op)
+	s, err := begin[T](c, noRoot)
+	if err != nil {
+		return fabric.Request{}, err
+	}
+	return reduceScatter(s, c, bytesOf(send), bytesOf(recv), len(send), len(recv), equalBlocks(len(recv)), len(recv)*c.Size(), op, size[T]())
 }
 
 // Scan leaves in process i's recv the reduction of send over processes
