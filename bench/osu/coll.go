@@ -2,8 +2,6 @@ package osu
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -100,50 +98,18 @@ func LookupCollective(name string) (Collective, bool) {
 // -t for the nonblocking tests.
 func (b Collective) ParseArgs(args []string, stderr io.Writer) (CollOptions, error) {
 	o := CollOptions{Options: Options{MinSize: 1, MaxSize: 1 << 20, Iterations: 1000, Warmup: 100, IterLarge: 100, WarmupLarge: 10}}
-	if !b.sized {
-		o.MinSize, o.MaxSize = 0, 0
-	}
-	fs := flag.NewFlagSet(b.Name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var sizes *string
-	if b.sized {
-		sizes = fs.String("m", "", "message sizes `[MIN:]MAX` in bytes")
-	}
-	iters := fs.Int("i", 0, "timed `iterations` per message size")
-	warm := fs.Int("x", -1, "warm-up `iterations` per message size")
+	fs, common := newFlags(b.Name, stderr, b.sized)
 	full := fs.Bool("f", false, "print min, max and iterations too")
 	var tests *int
 	if b.nonblocking {
 		tests = fs.Int("t", 0, "Test `calls` during the dummy compute")
 	}
-	version := fs.Bool("v", false, "print the version")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, fmt.Errorf("%w: %v", ErrUsage, err)
+	if err := common(args, &o.Options); err != nil {
+		return o, err
 	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
-	}
-	if *version {
-		return o, errVersion
-	}
-	if sizes != nil && *sizes != "" {
-		lo, hi, err := parseSizes(*sizes, o.MinSize, o.MaxSize)
-		if err != nil {
-			return o, err
-		}
-		o.MinSize, o.MaxSize = max(lo, 1), hi
-	}
-	if *iters < 0 {
-		return o, fmt.Errorf("%w: -i %d: iterations must be positive", ErrUsage, *iters)
-	}
-	if *iters > 0 {
-		o.Iterations, o.IterLarge = *iters, *iters
-	}
-	if *warm >= 0 {
-		o.Warmup, o.WarmupLarge = *warm, *warm
+	o.MinSize = max(o.MinSize, 1) // collectives start at 1 byte
+	if !b.sized {
+		o.MinSize, o.MaxSize = 0, 0
 	}
 	o.Full = *full
 	if tests != nil {

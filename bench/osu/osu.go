@@ -72,43 +72,13 @@ func Lookup(name string) (Benchmark, bool) {
 // large-message counts alike.
 func (b Benchmark) ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	o := b.Defaults
-	fs := flag.NewFlagSet(b.Name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	sizes := fs.String("m", "", "message sizes `[MIN:]MAX` in bytes (e.g. 128, 2:128, 2:)")
-	iters := fs.Int("i", 0, "timed `iterations` per message size")
-	warm := fs.Int("x", -1, "warm-up `iterations` per message size")
+	fs, common := newFlags(b.Name, stderr, true)
 	var win *int
 	if b.kind != kindLatency {
 		win = fs.Int("W", 0, "`messages` in flight per iteration (window size)")
 	}
-	version := fs.Bool("v", false, "print the version")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
-	}
-	if *version {
-		return o, errVersion
-	}
-	if *sizes != "" {
-		lo, hi, err := parseSizes(*sizes, o.MinSize, o.MaxSize)
-		if err != nil {
-			return o, err
-		}
-		o.MinSize, o.MaxSize = lo, hi
-	}
-	if *iters < 0 {
-		return o, fmt.Errorf("%w: -i %d: iterations must be positive", ErrUsage, *iters)
-	}
-	if *iters > 0 {
-		o.Iterations, o.IterLarge = *iters, *iters
-	}
-	if *warm >= 0 {
-		o.Warmup, o.WarmupLarge = *warm, *warm
+	if err := common(args, &o); err != nil {
+		return o, err
 	}
 	if win != nil && *win != 0 {
 		if *win < 1 {
@@ -117,6 +87,53 @@ func (b Benchmark) ParseArgs(args []string, stderr io.Writer) (Options, error) {
 		o.Window = *win
 	}
 	return o, nil
+}
+
+// newFlags makes a benchmark's flag set with OSU's common options — -m
+// (when sized), -i, -x, -v — and returns it with the function that parses
+// args and applies those options to o. Add a benchmark's own flags to the
+// set before calling it.
+func newFlags(name string, stderr io.Writer, sized bool) (*flag.FlagSet, func(args []string, o *Options) error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sizes *string
+	if sized {
+		sizes = fs.String("m", "", "message sizes `[MIN:]MAX` in bytes (e.g. 128, 2:128, 2:)")
+	}
+	iters := fs.Int("i", 0, "timed `iterations` per message size")
+	warm := fs.Int("x", -1, "warm-up `iterations` per message size")
+	version := fs.Bool("v", false, "print the version")
+	return fs, func(args []string, o *Options) error {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+		}
+		if *version {
+			return errVersion
+		}
+		if sizes != nil && *sizes != "" {
+			lo, hi, err := parseSizes(*sizes, o.MinSize, o.MaxSize)
+			if err != nil {
+				return err
+			}
+			o.MinSize, o.MaxSize = lo, hi
+		}
+		if *iters < 0 {
+			return fmt.Errorf("%w: -i %d: iterations must be positive", ErrUsage, *iters)
+		}
+		if *iters > 0 {
+			o.Iterations, o.IterLarge = *iters, *iters
+		}
+		if *warm >= 0 {
+			o.Warmup, o.WarmupLarge = *warm, *warm
+		}
+		return nil
+	}
 }
 
 var errVersion = errors.New("version")
