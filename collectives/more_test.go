@@ -23,7 +23,8 @@ func init() {
 	progs["kill"] = progKill
 }
 
-// progBig: 4 MiB vectors through the long-message algorithms.
+// progBig: 4 MiB through the long-message algorithms of every collective
+// that has them, each algorithm forced.
 func progBig(ctx context.Context, ep *fabric.Endpoint) error {
 	c := ep.World()
 	me, n := c.Rank(), c.Size()
@@ -41,7 +42,7 @@ func progBig(ctx context.Context, ep *fabric.Endpoint) error {
 	}); err != nil {
 		return err
 	}
-	return each("bcast", func(Algorithm) error {
+	if err := each("bcast", func(Algorithm) error {
 		buf := make([]int64, k)
 		if me == 1 {
 			buf = ints(1, k)
@@ -51,6 +52,73 @@ func progBig(ctx context.Context, ep *fabric.Endpoint) error {
 		}
 		if !slices.Equal(buf, ints(1, k)) {
 			return fail("4 MiB bcast wrong")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// The block collectives with 4 MiB in all.
+	blk := k / n
+	all := make([]int64, 0, n*blk)
+	for r := 0; r < n; r++ {
+		all = append(all, ints(r, blk)...)
+	}
+	if err := each("allgather", func(Algorithm) error {
+		got := make([]int64, n*blk)
+		if err := Allgather(ctx, c, ints(me, blk), got); err != nil {
+			return err
+		}
+		if !slices.Equal(got, all) {
+			return fail("4 MiB allgather wrong")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := each("gather", func(Algorithm) error {
+		got := make([]int64, n*blk)
+		if err := Gather(ctx, c, ints(me, blk), got, n-1); err != nil {
+			return err
+		}
+		if me == n-1 && !slices.Equal(got, all) {
+			return fail("4 MiB gather wrong")
+		}
+		mine := make([]int64, blk)
+		if err := Scatter(ctx, c, all, mine, 0); err != nil {
+			return err
+		}
+		if !slices.Equal(mine, ints(me, blk)) {
+			return fail("4 MiB scatter wrong")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := each("alltoall", func(Algorithm) error {
+		send := make([]int64, 0, n*blk)
+		for j := 0; j < n; j++ {
+			send = append(send, ints(me*n+j, blk)...)
+		}
+		got := make([]int64, n*blk)
+		if err := Alltoall(ctx, c, send, got); err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			if !slices.Equal(got[i*blk:(i+1)*blk], ints(i*n+me, blk)) {
+				return fail("4 MiB alltoall: block from %d wrong", i)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return each("reduce_scatter", func(Algorithm) error {
+		got := make([]int64, blk)
+		if err := ReduceScatterBlock(ctx, c, ints(me, n*blk), got, Sum[int64]()); err != nil {
+			return err
+		}
+		if !slices.Equal(got, sumOver(n, n*blk)[me*blk:(me+1)*blk]) {
+			return fail("4 MiB reduce_scatter wrong")
 		}
 		return nil
 	})
