@@ -127,6 +127,10 @@ func Ibarrier(c *fabric.Comm) (fabric.Request, error) {
 	switch choose("barrier", 0, n, true) {
 	case Tree:
 		barrierTree(s, me, n)
+	case SharedFlags:
+		if !s.NodeBarrier() {
+			barrierDissemination(s, me, n)
+		}
 	default:
 		barrierDissemination(s, me, n)
 	}

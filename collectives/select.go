@@ -17,6 +17,7 @@ const (
 	Auto              Algorithm = ""
 	Dissemination     Algorithm = "dissemination"      // barrier
 	Tree              Algorithm = "tree"               // barrier: binomial gather and release
+	SharedFlags       Algorithm = "shared_flags"       // barrier: epochs in shared memory (world, one node)
 	Binomial          Algorithm = "binomial"           // bcast, reduce, gather, scatter
 	ScatterAllgather  Algorithm = "scatter_allgather"  // bcast (van de Geijn)
 	RecursiveDoubling Algorithm = "recursive_doubling" // allreduce, allgather (2^k ranks), scan
@@ -31,7 +32,7 @@ const (
 
 // The collectives whose algorithm can be chosen, and what each offers.
 var algorithms = map[string][]Algorithm{
-	"barrier":        {Dissemination, Tree},
+	"barrier":        {SharedFlags, Dissemination, Tree},
 	"bcast":          {Binomial, ScatterAllgather},
 	"reduce":         {Binomial},
 	"allreduce":      {RecursiveDoubling, Ring, Rabenseifner, ReduceBcast},
@@ -123,7 +124,7 @@ func choose(coll string, bytes, n int, commutative bool) Algorithm {
 	switch coll {
 	case "barrier":
 		if a == Auto {
-			a = Dissemination
+			a = SharedFlags // falls back to dissemination where it cannot serve
 		}
 	case "bcast":
 		if a == Auto {

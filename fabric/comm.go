@@ -37,6 +37,7 @@ type Comm struct {
 	world bool
 
 	collSeq atomic.Int64             // schedules started: the next one's tag
+	epoch   uint64                   // node barriers entered (world only)
 	spare   atomic.Pointer[Schedule] // the last finished schedule, for the next
 }
 

@@ -49,7 +49,8 @@ const (
 	segMagic  = 0
 	segLocal  = 8  // processes on the node
 	segCells  = 16 // cells per ring
-	segClosed = 64 // set to 1 by a clean Close
+	segClosed = 64  // set to 1 by a clean Close
+	segEpoch  = 128 // the last world barrier this process entered (its own line)
 )
 
 // shmCells is the ring length in cells: 1 MiB per ring, or 256 KiB when
@@ -315,6 +316,14 @@ func (s *shmProvider) read(peer int, dst []byte, addr uint64) error {
 func (s *shmProvider) closed(peer int) bool {
 	o := s.out[peer]
 	return o != nil && atomic.LoadUint64(word(o.seg, segClosed)) == 1
+}
+
+// publishEpoch announces that this process entered world barrier e.
+func (s *shmProvider) publishEpoch(e uint64) { atomic.StoreUint64(word(s.seg, segEpoch), e) }
+
+// epochOf is the last world barrier world rank peer entered.
+func (s *shmProvider) epochOf(peer int) uint64 {
+	return atomic.LoadUint64(word(s.out[peer].seg, segEpoch))
 }
 
 // markClosed tells the peers that this process shut down on purpose.
