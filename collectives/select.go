@@ -3,6 +3,7 @@ package collectives
 import (
 	"fmt"
 	"maps"
+
 	"os"
 	"strings"
 	"sync"
@@ -47,7 +48,7 @@ var algorithms = map[string][]Algorithm{
 }
 
 var (
-	forceMu sync.Mutex                          // serializes Force
+	forceMu sync.Mutex                           // serializes Force
 	forced  atomic.Pointer[map[string]Algorithm] // read on every call: an immutable snapshot
 )
 

@@ -35,9 +35,10 @@ type Schedule struct {
 }
 
 type schedRound struct {
-	msgs  []schedMsg
-	local []schedStep
-	await uint64 // NodeBarrier: the epoch every peer must reach first
+	msgs     []schedMsg
+	local    []schedStep
+	await    uint64 // the value every node peer's segment word must reach first
+	awaitOff int    // that word
 }
 
 // A local step: a function, or one of the steps collectives take most,
@@ -47,14 +48,25 @@ type schedStep struct {
 	f       func() error
 	fn      func(in, inout []byte)
 	a, b, c []byte
+	shm     *shmProvider // stepPublish
+	off     int
+	val     uint64
 }
 
 const (
-	stepFunc   uint8 = iota
-	stepReduce       // fn(a, b): b = a ⊕ b
-	stepLeft         // b = b ⊕ a, for fn not commutative: c is scratch
-	stepCopy         // copy(a, b)
+	stepFunc    uint8 = iota
+	stepReduce        // fn(a, b): b = a ⊕ b
+	stepLeft          // b = b ⊕ a, for fn not commutative: c is scratch
+	stepCopy          // copy(a, b)
+	stepPublish       // store val at this process's segment word off
 )
+
+// onNode reports whether c is the world communicator with every process
+// on this node, where node collectives can use shared memory directly.
+func (c *Comm) onNode() bool {
+	ep := c.ep
+	return c.world && c == ep.world && ep.shm != nil && len(ep.local) == ep.size
+}
 
 // NodeBarrier reports whether c can synchronize through shared memory
 // flags — it is the world communicator and every process is on this node
@@ -65,15 +77,30 @@ const (
 // same points, like any collective.
 func (s *Schedule) NodeBarrier() bool {
 	c := s.c
-	ep := c.ep
-	if !c.world || c != ep.world || ep.shm == nil || len(ep.local) != ep.size {
+	if !c.onNode() {
 		return false
 	}
 	c.epoch++
 	s.Next()
-	s.last().await = c.epoch
+	s.Publish(segEpoch, c.epoch)
+	s.Next()
+	s.await(segEpoch, c.epoch)
 	s.Next()
 	return true
+}
+
+// Publish adds a step storing v in this process's shared segment word at
+// off, for the node's peers to see.
+func (s *Schedule) Publish(off int, v uint64) {
+	s.last().local = append(s.last().local, schedStep{kind: stepPublish, off: off, val: v, shm: s.c.ep.shm})
+}
+
+// await makes the current round wait, before its messages and steps count
+// as done, until every process on the node, this one included, shows at
+// least v in its segment word at off.
+func (s *Schedule) await(off int, v uint64) {
+	r := s.last()
+	r.awaitOff, r.await = off, v
 }
 
 func (st *schedStep) run() error {
@@ -86,6 +113,8 @@ func (st *schedStep) run() error {
 		copy(st.b, st.c)
 	case stepCopy:
 		copy(st.a, st.b)
+	case stepPublish:
+		st.shm.publish(st.off, st.val)
 	default:
 		return st.f()
 	}
@@ -134,7 +163,7 @@ func (c *Comm) NewSchedule() (*Schedule, error) {
 func (s *Schedule) newRound() {
 	if s.nrounds < len(s.rounds) {
 		r := &s.rounds[s.nrounds]
-		r.msgs, r.local, r.await = r.msgs[:0], r.local[:0], 0
+		r.msgs, r.local, r.await, r.awaitOff = r.msgs[:0], r.local[:0], 0, 0
 	} else {
 		s.rounds = append(s.rounds, schedRound{})
 	}
@@ -255,14 +284,10 @@ func (s *Schedule) Start() (Request, error) {
 	return h, nil
 }
 
-// post starts the current round's messages (and publishes its barrier
-// epoch); with e.mu held.
+// post starts the current round's messages; with e.mu held.
 func (s *Schedule) post() {
 	c, e := s.c, s.c.e
 	s.ops = s.ops[:0]
-	if ep := s.rounds[s.cur].await; ep != 0 {
-		c.ep.shm.publishEpoch(ep)
-	}
 	for _, m := range s.rounds[s.cur].msgs {
 		r := e.get()
 		s.ops = append(s.ops, r) // first, so that an abort meanwhile sees it
@@ -290,10 +315,13 @@ func (e *engine) advance(s *Schedule) bool {
 				return false
 			}
 		}
-		if want := s.rounds[s.cur].await; want != 0 {
+		if r := &s.rounds[s.cur]; r.await != 0 {
 			ep := s.c.ep
 			for _, w := range ep.local {
-				if w != ep.rank && ep.shm.epochOf(w) < want {
+				if w == ep.rank {
+					w = -1
+				}
+				if ep.shm.peerWord(w, r.awaitOff) < r.await {
 					return false
 				}
 			}

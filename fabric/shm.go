@@ -47,8 +47,8 @@ const (
 // Segment header words (byte offsets).
 const (
 	segMagic  = 0
-	segLocal  = 8  // processes on the node
-	segCells  = 16 // cells per ring
+	segLocal  = 8   // processes on the node
+	segCells  = 16  // cells per ring
 	segClosed = 64  // set to 1 by a clean Close
 	segEpoch  = 128 // the last world barrier this process entered (its own line)
 )
@@ -318,12 +318,16 @@ func (s *shmProvider) closed(peer int) bool {
 	return o != nil && atomic.LoadUint64(word(o.seg, segClosed)) == 1
 }
 
-// publishEpoch announces that this process entered world barrier e.
-func (s *shmProvider) publishEpoch(e uint64) { atomic.StoreUint64(word(s.seg, segEpoch), e) }
+// publish stores v in this process's segment word at off, for its peers.
+func (s *shmProvider) publish(off int, v uint64) { atomic.StoreUint64(word(s.seg, off), v) }
 
-// epochOf is the last world barrier world rank peer entered.
-func (s *shmProvider) epochOf(peer int) uint64 {
-	return atomic.LoadUint64(word(s.out[peer].seg, segEpoch))
+// peerWord reads world rank peer's segment word at off (this process's
+// own for peer < 0).
+func (s *shmProvider) peerWord(peer, off int) uint64 {
+	if peer < 0 {
+		return atomic.LoadUint64(word(s.seg, off))
+	}
+	return atomic.LoadUint64(word(s.out[peer].seg, off))
 }
 
 // markClosed tells the peers that this process shut down on purpose.
