@@ -233,7 +233,6 @@ func Iallreduce[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, e
 	}
 	acc, me, n := bytesOf(recv), c.Rank(), c.Size()
 	algo := choose("allreduce", len(acc), n, op.commutative)
-
 	if algo == Ring && n > 1 {
 		var sb []byte
 		if send != nil {

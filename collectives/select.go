@@ -3,7 +3,6 @@ package collectives
 import (
 	"fmt"
 	"maps"
-
 	"os"
 	"strings"
 	"sync"
