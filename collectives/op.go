@@ -99,15 +99,22 @@ func Min[T Number]() Op { return builtin[T]("min", minFn[T]) }
 // Max is MPI_MAX.
 func Max[T Number]() Op { return builtin[T]("max", maxFn[T]) }
 
-// Band, Bor and Bxor are MPI_BAND, MPI_BOR and MPI_BXOR.
+// Band is MPI_BAND, bitwise and.
 func Band[T Integer]() Op { return builtin[T]("band", bandFn[T]) }
-func Bor[T Integer]() Op  { return builtin[T]("bor", borFn[T]) }
+
+// Bor is MPI_BOR, bitwise or.
+func Bor[T Integer]() Op { return builtin[T]("bor", borFn[T]) }
+
+// Bxor is MPI_BXOR, bitwise exclusive or.
 func Bxor[T Integer]() Op { return builtin[T]("bxor", bxorFn[T]) }
 
-// Land, Lor and Lxor are MPI_LAND, MPI_LOR and MPI_LXOR: non-zero is
-// true, and the result is 1 or 0.
+// Land is MPI_LAND: non-zero is true, and the result is 1 or 0.
 func Land[T Number]() Op { return builtin[T]("land", landFn[T]) }
-func Lor[T Number]() Op  { return builtin[T]("lor", lorFn[T]) }
+
+// Lor is MPI_LOR: non-zero is true, and the result is 1 or 0.
+func Lor[T Number]() Op { return builtin[T]("lor", lorFn[T]) }
+
+// Lxor is MPI_LXOR: non-zero is true, and the result is 1 or 0.
 func Lxor[T Number]() Op { return builtin[T]("lxor", lxorFn[T]) }
 
 // Loc is a value with the index it came from, for MinLoc and MaxLoc (MPI's
