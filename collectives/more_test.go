@@ -407,3 +407,25 @@ func TestSumBytes(t *testing.T) {
 		}
 	}
 }
+
+func init() { progs["ctx"] = progCtx }
+
+// progCtx: a blocking collective that a peer never joins returns the
+// context's error once it ends, promptly.
+func progCtx(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	if c.Rank() == 1 {
+		time.Sleep(400 * time.Millisecond) // never joins the collective
+		return nil
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err := Allreduce(short, c, []int64{1}, make([]int64, 1), Sum[int64]())
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > time.Second {
+		return fail("allreduce with a 100 ms deadline: %v after %v", err, time.Since(t0))
+	}
+	return nil
+}
+
+func TestContextEnds(t *testing.T) { runOK(t, 2, "ctx") }
