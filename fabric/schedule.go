@@ -82,16 +82,16 @@ func (s *Schedule) NodeBarrier() bool {
 	}
 	c.epoch++
 	s.Next()
-	s.Publish(segEpoch, c.epoch)
+	s.publish(segEpoch, c.epoch)
 	s.Next()
 	s.await(segEpoch, c.epoch)
 	s.Next()
 	return true
 }
 
-// Publish adds a step storing v in this process's shared segment word at
+// publish adds a step storing v in this process's shared segment word at
 // off, for the node's peers to see.
-func (s *Schedule) Publish(off int, v uint64) {
+func (s *Schedule) publish(off int, v uint64) {
 	s.last().local = append(s.last().local, schedStep{kind: stepPublish, off: off, val: v, shm: s.c.ep.shm})
 }
 
