@@ -127,7 +127,9 @@ func (e *engine) readRemote(peer int, dst []byte, h *hdr) error {
 	}
 	err := e.route[peer].read(peer, dst, h.addr)
 	if errors.Is(err, errPeerGone) {
-		e.markFailed(peer, procFailed("world rank %d: %v", peer, err))
+		// This runs inside a poll (or a schedule's post): no draining
+		// here, or the frame being delivered would be delivered again.
+		e.markFailedNow(peer, procFailed("world rank %d: %v", peer, err))
 	}
 	return err
 }
@@ -446,6 +448,15 @@ func (e *engine) markFailed(peer int, cause error) {
 		return
 	}
 	for i := 0; i < 1024 && e.progress() > 0; i++ {
+	}
+	e.markFailedNow(peer, cause)
+}
+
+// markFailedNow is markFailed without first delivering what the peer
+// sent: for callers already inside a poll.
+func (e *engine) markFailedNow(peer int, cause error) {
+	if e.failed[peer] != nil || peer == e.me {
+		return
 	}
 	e.failed[peer] = cause
 	e.nfailed++
