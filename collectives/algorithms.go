@@ -552,8 +552,12 @@ func allreduceRabenseifner(s *fabric.Schedule, acc []byte, op Op, esz, me, n int
 	if r >= 0 {
 		span := func(lo, hi int) []byte { return acc[off(count, p, lo)*esz : off(count, p, hi)*esz] }
 		tmp := s.Scratch(len(span(0, p/2+p%2)) + esz)
+		// Halving pairs neighbours first (distance 1, then 2, …), so each
+		// exchange joins two contiguous runs of ranks and operand order
+		// holds; this process ends with the block at the bit-reversal of
+		// its rank, and the allgather undoes the steps in reverse.
 		lo, hi := 0, p
-		for dist := p / 2; dist > 0; dist /= 2 {
+		for dist := 1; dist < p; dist *= 2 {
 			partner := r ^ dist
 			mid := lo + (hi-lo)/2
 			var keepLo, keepHi, giveLo, giveHi int
@@ -578,7 +582,7 @@ func allreduceRabenseifner(s *fabric.Schedule, acc []byte, op Op, esz, me, n int
 			s.Next()
 			lo, hi = keepLo, keepHi
 		}
-		for dist := 1; dist < p; dist *= 2 {
+		for dist := p / 2; dist > 0; dist /= 2 {
 			partner := r ^ dist
 			w := hi - lo
 			plo, phi := hi, hi+w

@@ -124,15 +124,17 @@ func Ibarrier(c *fabric.Comm) (fabric.Request, error) {
 		return fabric.Request{}, err
 	}
 	me, n := c.Rank(), c.Size()
-	switch choose("barrier", 0, n, true) {
+	switch a := choose("barrier", 0, n, true); a {
 	case Tree:
 		barrierTree(s, me, n)
 	case SharedFlags:
 		if !s.NodeBarrier() {
 			barrierDissemination(s, me, n)
 		}
-	default:
+	case Dissemination:
 		barrierDissemination(s, me, n)
+	default:
+		return unwired(s, "barrier", a)
 	}
 	return s.Start()
 }
@@ -150,11 +152,13 @@ func Ibcast[T any](c *fabric.Comm, buf []T, root int) (fabric.Request, error) {
 		return fabric.Request{}, err
 	}
 	b, me, n := bytesOf(buf), c.Rank(), c.Size()
-	switch choose("bcast", len(b), n, true) {
+	switch a := choose("bcast", len(b), n, true); a {
 	case ScatterAllgather:
 		bcastScatterAllgather(s, b, size[T](), me, n, root)
-	default:
+	case Binomial:
 		bcastBinomial(s, b, me, n, root)
+	default:
+		return unwired(s, "bcast", a)
 	}
 	return s.Start()
 }
@@ -245,10 +249,14 @@ func Iallreduce[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, e
 		copy(acc, bytesOf(send))
 	}
 	switch algo {
+	case Rabenseifner:
+		allreduceRabenseifner(s, acc, op, size[T](), me, n)
 	case ReduceBcast:
 		allreduceReduceBcast(s, acc, op, size[T](), me, n)
-	default:
+	case RecursiveDoubling:
 		allreduceRecursiveDoubling(s, acc, op, me, n)
+	default:
+		return unwired(s, "allreduce", algo)
 	}
 	return s.Start()
 }
@@ -286,10 +294,13 @@ func Igather[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, e
 	} else if me == root {
 		copy(rb[me*blk*esz:], sb)
 	}
-	if choose("gather", len(sb), n, true) == Linear {
+	switch a := choose("gather", len(sb), n, true); a {
+	case Linear:
 		gatherLinear(s, sb, rb, equalBlocks(blk), esz, me, n, root)
-	} else {
+	case Binomial:
 		gatherBinomial(s, sb, rb, me, n, root)
+	default:
+		return unwired(s, "gather", a)
 	}
 	return s.Start()
 }
@@ -311,6 +322,12 @@ func checkVector(counts, displs []int, n, total int) error {
 // checkedRoot starts a rooted collective's schedule.
 func checkedRoot[T any](c *fabric.Comm, root int) (*fabric.Schedule, error) {
 	return begin[T](c, root)
+}
+
+// unwired fails a call whose chosen algorithm has no builder here: a
+// mistake in this package, said so rather than quietly running another.
+func unwired(s *fabric.Schedule, coll string, a Algorithm) (fabric.Request, error) {
+	return abandon(s, fmt.Errorf("collectives: internal error: %s has no builder for algorithm %q", coll, a))
 }
 
 // abandon ends a schedule that was begun but cannot run: it still runs,
@@ -381,13 +398,16 @@ func Iscatter[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, 
 	if me == root && recv == nil {
 		rb = s.Scratch(blk * esz) // the root's own block stays where it is
 	}
-	if choose("scatter", blk*esz, n, true) == Linear {
+	switch a := choose("scatter", blk*esz, n, true); a {
+	case Linear:
 		if me == root {
 			copy(rb, sb[me*blk*esz:(me+1)*blk*esz])
 		}
 		scatterLinear(s, sb, rb, equalBlocks(blk), esz, me, n, root)
-	} else {
+	case Binomial:
 		scatterBinomial(s, sb, rb, me, n, root)
+	default:
+		return unwired(s, "scatter", a)
 	}
 	return s.Start()
 }
@@ -448,13 +468,15 @@ func Iallgather[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
 	if send != nil {
 		copy(rb[me*blk*esz:], bytesOf(send))
 	}
-	switch choose("allgather", blk*esz, n, true) {
+	switch a := choose("allgather", blk*esz, n, true); a {
 	case RecursiveDoubling:
 		allgatherRecursiveDoubling(s, rb, blk*esz, me, n)
 	case Bruck:
 		allgatherBruck(s, rb, blk*esz, me, n)
-	default:
+	case Ring:
 		allgatherRing(s, rb, equalBlocks(blk), esz, me, n)
+	default:
+		return unwired(s, "allgather", a)
 	}
 	return s.Start()
 }
@@ -506,13 +528,15 @@ func Ialltoall[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
 	}
 	blk := len(send) / n
 	sb, rb := bytesOf(send), bytesOf(recv)
-	switch choose("alltoall", blk*esz, n, true) {
+	switch a := choose("alltoall", blk*esz, n, true); a {
 	case Bruck:
 		alltoallBruck(s, sb, rb, blk*esz, me, n)
 	case Linear:
 		alltoallLinear(s, sb, rb, equalBlocks(blk), equalBlocks(blk), esz, me, n)
-	default:
+	case Pairwise:
 		alltoallPairwise(s, sb, rb, equalBlocks(blk), equalBlocks(blk), esz, me, n)
+	default:
+		return unwired(s, "alltoall", a)
 	}
 	return s.Start()
 }
@@ -542,10 +566,13 @@ func Ialltoallv[T any](c *fabric.Comm, send []T, scounts, sdispls []int, recv []
 	}
 	sb, rb := bytesOf(send), bytesOf(recv)
 	sl, rl := layout{counts: scounts, displs: sdispls}, layout{counts: rcounts, displs: rdispls}
-	if choose("alltoallv", 0, n, true) == Linear {
+	switch a := choose("alltoallv", 0, n, true); a {
+	case Linear:
 		alltoallLinear(s, sb, rb, sl, rl, esz, me, n)
-	} else {
+	case Pairwise:
 		alltoallPairwise(s, sb, rb, sl, rl, esz, me, n)
+	default:
+		return unwired(s, "alltoallv", a)
 	}
 	return s.Start()
 }
@@ -590,16 +617,19 @@ func reduceScatter(s *fabric.Schedule, c *fabric.Comm, send, recv []byte, sn, rn
 	}
 	acc := s.Scratch(len(send))
 	copy(acc, send)
-	if choose("reduce_scatter", total*esz/n, n, op.commutative) == Ring {
+	switch a := choose("reduce_scatter", total*esz/n, n, op.commutative); a {
+	case Ring:
 		reduceScatterRing(s, acc, l, op, esz, me, n)
 		s.Copy(recv, l.at(acc, esz, me))
-	} else {
+	case ReduceScatterv:
 		// Reduce to rank 0 in rank order, then scatter the blocks.
 		reduceBinomial(s, acc, op, me, n, 0)
 		scatterLinear(s, acc, recv, l, esz, me, n, 0)
 		if me == 0 {
 			s.Copy(recv, l.at(acc, esz, 0))
 		}
+	default:
+		return unwired(s, "reduce_scatter", a)
 	}
 	return s.Start()
 }

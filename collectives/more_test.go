@@ -265,7 +265,6 @@ func TestOps(t *testing.T) { runOK(t, 4, "ops") }
 func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 	c := ep.World()
 	me, n := c.Rank(), c.Size()
-	type ptrs struct{ p *int }
 	cases := []struct {
 		err  error
 		want error
@@ -275,7 +274,7 @@ func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), Op{}), ErrOp},
 		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), Sum[float64]()), ErrOp},
 		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 3), Sum[int64]()), ErrCount},
-		{Bcast(ctx, c, make([]ptrs, 1), 0), ErrType},
+		{Bcast(ctx, c, make([]struct{ next *int }, 1), 0), ErrType},
 		{Bcast(ctx, (*fabric.Comm)(nil), make([]int64, 1), 0), fabric.ErrComm},
 	}
 	for i, tc := range cases {

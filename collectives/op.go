@@ -223,18 +223,3 @@ func maxLocFn[T Number](in, inout []Loc[T]) {
 		}
 	}
 }
-
-// reduceLeft sets acc = acc ⊕ in, where acc holds the lower ranks'
-// operand; tmp, as long as acc, is scratch for non-commutative ops.
-func (o Op) reduceLeft(acc, in, tmp []byte) {
-	if o.commutative {
-		o.fn(in, acc)
-		return
-	}
-	copy(tmp, in)
-	o.fn(acc, tmp)
-	copy(acc, tmp)
-}
-
-// reduceRight sets acc = in ⊕ acc, where in holds the lower ranks'.
-func (o Op) reduceRight(acc, in []byte) { o.fn(in, acc) }

@@ -36,10 +36,9 @@ type Comm struct {
 	freed atomic.Bool
 	world bool
 
-	collSeq     atomic.Int64             // schedules started: the next one's tag
-	epoch       uint64                   // node barriers entered (world only)
-	reduceEpoch uint64                   // node reductions entered (world only)
-	spare       atomic.Pointer[Schedule] // the last finished schedule, for the next
+	collSeq atomic.Int64             // schedules started: the next one's tag
+	epoch   uint64                   // node barriers entered (world only)
+	spare   atomic.Pointer[Schedule] // the last finished schedule, for the next
 }
 
 func newComm(ep *Endpoint, id uint32, ranks []int) *Comm {

@@ -50,11 +50,6 @@ func (e *PeerError) Error() string {
 
 func (e *PeerError) Unwrap() error { return e.Err }
 
-// failure is what the fabric knows about one failed peer.
-type failure struct {
-	cause error // wraps ErrProcFailed
-}
-
 func procFailed(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrProcFailed}, args...)...)
 }

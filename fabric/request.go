@@ -327,12 +327,3 @@ func (l *reqList) remove(r *op) {
 	}
 	r.next, r.prev = nil, nil
 }
-
-func (l *reqList) contains(r *op) bool {
-	for x := l.head; x != nil; x = x.next {
-		if x == r {
-			return true
-		}
-	}
-	return false
-}

@@ -142,7 +142,7 @@ var errVersion = errors.New("version")
 func IsVersion(err error) bool { return errors.Is(err, errVersion) }
 
 func parseSizes(s string, lo, hi int) (int, int, error) {
-	bad := fmt.Errorf("%w: -m %q: want MAX, MIN:MAX or MIN:", ErrUsage, s)
+	bad := fmt.Errorf("%w: -m %q is not of the form MAX, MIN:MAX or MIN: (byte counts)", ErrUsage, s)
 	a, b, colon := strings.Cut(s, ":")
 	var err error
 	if !colon {
