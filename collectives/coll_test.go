@@ -204,10 +204,7 @@ func progAll(ctx context.Context, ep *fabric.Endpoint) error {
 			return err
 		}
 		blk := max(k/16, 1) * min(k, 1) // per-process block: 0 when k is 0
-		all := make([]int64, 0, n*blk)
-		for r := 0; r < n; r++ {
-			all = append(all, ints(r, blk)...)
-		}
+		all := blocks(n, blk)
 		for _, root := range []int{0, n - 1} {
 			if err := each("gather", func(Algorithm) error {
 				got := make([]int64, n*blk)
@@ -238,35 +235,10 @@ func progAll(ctx context.Context, ep *fabric.Endpoint) error {
 				return err
 			}
 		}
-		if err := each("allgather", func(Algorithm) error {
-			got := make([]int64, n*blk)
-			if err := Allgather(ctx, c, ints(me, blk), got); err != nil {
-				return err
-			}
-			if !slices.Equal(got, all) {
-				return fail("allgather of %d: wrong", blk)
-			}
-			return nil
-		}); err != nil {
+		if err := checkAllgather(ctx, c, blk); err != nil {
 			return err
 		}
-		// Alltoall: block j of rank i's send is ival(i*n+j, ·).
-		if err := each("alltoall", func(Algorithm) error {
-			send := make([]int64, 0, n*blk)
-			for j := 0; j < n; j++ {
-				send = append(send, ints(me*n+j, blk)...)
-			}
-			got := make([]int64, n*blk)
-			if err := Alltoall(ctx, c, send, got); err != nil {
-				return err
-			}
-			for i := 0; i < n; i++ {
-				if !slices.Equal(got[i*blk:(i+1)*blk], ints(i*n+me, blk)) {
-					return fail("alltoall of %d: block from %d wrong", blk, i)
-				}
-			}
-			return nil
-		}); err != nil {
+		if err := checkAlltoall(ctx, c, blk); err != nil {
 			return err
 		}
 		// Vector forms: rank i's block has i+blk elements.
@@ -357,6 +329,52 @@ func progAll(ctx context.Context, ep *fabric.Endpoint) error {
 }
 
 func sumInputs(rank, k int) []int64 { return ints(rank, k) }
+
+// blocks is every rank's blk-element block, in rank order.
+func blocks(n, blk int) []int64 {
+	all := make([]int64, 0, n*blk)
+	for r := 0; r < n; r++ {
+		all = append(all, ints(r, blk)...)
+	}
+	return all
+}
+
+// checkAllgather runs Allgather of blk elements with every algorithm.
+func checkAllgather(ctx context.Context, c *fabric.Comm, blk int) error {
+	n, all := c.Size(), blocks(c.Size(), blk)
+	return each("allgather", func(Algorithm) error {
+		got := make([]int64, n*blk)
+		if err := Allgather(ctx, c, ints(c.Rank(), blk), got); err != nil {
+			return err
+		}
+		if !slices.Equal(got, all) {
+			return fail("allgather of %d: wrong", blk)
+		}
+		return nil
+	})
+}
+
+// checkAlltoall runs Alltoall of blk elements per block with every
+// algorithm; block j of rank i's send is ival(i*n+j, ·).
+func checkAlltoall(ctx context.Context, c *fabric.Comm, blk int) error {
+	me, n := c.Rank(), c.Size()
+	return each("alltoall", func(Algorithm) error {
+		send := make([]int64, 0, n*blk)
+		for j := 0; j < n; j++ {
+			send = append(send, ints(me*n+j, blk)...)
+		}
+		got := make([]int64, n*blk)
+		if err := Alltoall(ctx, c, send, got); err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			if !slices.Equal(got[i*blk:(i+1)*blk], ints(i*n+me, blk)) {
+				return fail("alltoall of %d: block from %d wrong", blk, i)
+			}
+		}
+		return nil
+	})
+}
 
 func sumOver(n, k int) []int64 {
 	s := make([]int64, k)

@@ -59,20 +59,8 @@ func progBig(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	// The block collectives with 4 MiB in all.
 	blk := k / n
-	all := make([]int64, 0, n*blk)
-	for r := 0; r < n; r++ {
-		all = append(all, ints(r, blk)...)
-	}
-	if err := each("allgather", func(Algorithm) error {
-		got := make([]int64, n*blk)
-		if err := Allgather(ctx, c, ints(me, blk), got); err != nil {
-			return err
-		}
-		if !slices.Equal(got, all) {
-			return fail("4 MiB allgather wrong")
-		}
-		return nil
-	}); err != nil {
+	all := blocks(n, blk)
+	if err := checkAllgather(ctx, c, blk); err != nil {
 		return err
 	}
 	if err := each("gather", func(Algorithm) error {
@@ -94,22 +82,7 @@ func progBig(ctx context.Context, ep *fabric.Endpoint) error {
 	}); err != nil {
 		return err
 	}
-	if err := each("alltoall", func(Algorithm) error {
-		send := make([]int64, 0, n*blk)
-		for j := 0; j < n; j++ {
-			send = append(send, ints(me*n+j, blk)...)
-		}
-		got := make([]int64, n*blk)
-		if err := Alltoall(ctx, c, send, got); err != nil {
-			return err
-		}
-		for i := 0; i < n; i++ {
-			if !slices.Equal(got[i*blk:(i+1)*blk], ints(i*n+me, blk)) {
-				return fail("4 MiB alltoall: block from %d wrong", i)
-			}
-		}
-		return nil
-	}); err != nil {
+	if err := checkAlltoall(ctx, c, blk); err != nil {
 		return err
 	}
 	return each("reduce_scatter", func(Algorithm) error {
