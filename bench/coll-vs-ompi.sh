@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs Rivet's osu_allreduce and osu_barrier on shared memory side by side
-# with the same loops in C over Debian's Open MPI (bench/ompi/osu_coll.c,
+# with the same loops in C over Debian's Open MPI (bench/ompi/osu.c,
 # vader/sm BTL), on 2 and 4 ranks of this node, and prints each size's
 # figures and the ratio Rivet / Open MPI (lower is better for Rivet).
 #
@@ -15,12 +15,13 @@ cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-3}
 max=${MAX:-1048576}
 small=${SMALL_ITERS:-20000}
+smax=$((max < 8192 ? max : 8192))
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 go build -o "$out/rivet" ./cmd/rivet
 go build -o "$out/rivetrun" ./cmd/rivetrun
-mpicc.openmpi -O2 -o "$out/ompi_coll" bench/ompi/osu_coll.c
+mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
 
 rows() { grep -E '^ *[0-9]' | awk 'NF == 1 {print 0, $1; next} {print $1, $2}'; }
@@ -37,7 +38,7 @@ side() {
 for np in 2 4; do
 	bind=core
 	((np > $(nproc))) && bind=none
-	ompi() { mpirun.openmpi -n "$np" --oversubscribe --bind-to "$bind" "$out/ompi_coll" "$@" 2>/dev/null; }
+	ompi() { mpirun.openmpi -n "$np" --oversubscribe --bind-to "$bind" "$out/ompi_osu" "$@" 2>/dev/null; }
 	rivet() { "$out/rivetrun" -n "$np" -bind-to "$bind" "$out/rivet" bench "$@" 2>/dev/null; }
 	# OSU's 1000 iterations time a sub-microsecond barrier for under a
 	# millisecond, too short to be steady here: up to 8 KiB both get
@@ -46,10 +47,10 @@ for np in 2 4; do
 		for who in ompi rivet; do
 			((r % 2)) && who=$([ $who = ompi ] && echo rivet || echo ompi)
 			if [ $who = ompi ]; then
-				{ ompi allreduce -m 1:8192 -i "$small" -x $((small / 10)); ompi allreduce -m "16384:$max"; } | rows >"$out/oa.$np.$r"
+				{ ompi allreduce -m "1:$smax" -i "$small" -x $((small / 10)); ((max < 16384)) || ompi allreduce -m "16384:$max"; } | rows >"$out/oa.$np.$r"
 				ompi barrier -i "$small" -x $((small / 10)) | rows >"$out/ob.$np.$r"
 			else
-				{ rivet osu_allreduce -m 1:8192 -i "$small" -x $((small / 10)); rivet osu_allreduce -m "16384:$max"; } | rows >"$out/ra.$np.$r"
+				{ rivet osu_allreduce -m "1:$smax" -i "$small" -x $((small / 10)); ((max < 16384)) || rivet osu_allreduce -m "16384:$max"; } | rows >"$out/ra.$np.$r"
 				rivet osu_barrier -i "$small" -x $((small / 10)) | rows >"$out/rb.$np.$r"
 			fi
 		done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs Rivet's osu_latency and osu_bw on shared memory side by side with
-# the same loops in C over Debian's Open MPI (bench/ompi/osu_pt2pt.c, built
+# the same loops in C over Debian's Open MPI (bench/ompi/osu.c, built
 # with mpicc.openmpi, run with the vader/sm BTL), two ranks on this node,
 # and prints each size's figures and the ratio Rivet / Open MPI.
 #
@@ -17,11 +17,11 @@ trap 'rm -rf "$out"' EXIT
 
 go build -o "$out/rivet" ./cmd/rivet
 go build -o "$out/rivetrun" ./cmd/rivetrun
-mpicc.openmpi -O2 -o "$out/ompi_pt2pt" bench/ompi/osu_pt2pt.c
+mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
 
 # Both bind rank r to core r, as mpirun does by default for two ranks.
-ompi() { mpirun.openmpi -n 2 --bind-to core "$out/ompi_pt2pt" "$@" 2>/dev/null; }
+ompi() { mpirun.openmpi -n 2 --bind-to core "$out/ompi_osu" "$@" 2>/dev/null; }
 rivet() { "$out/rivetrun" -n 2 -bind-to core "$out/rivet" bench "$@" 2>/dev/null; }
 
 rows() { grep -E '^[0-9]' | awk '{print $1, $2}'; }
@@ -33,10 +33,10 @@ pass() { # ROUND: one measurement of everything, by both, Rivet first on odd rou
 	((r % 2)) && first=rivet second=ompi
 	for who in $first $second; do
 		if [ $who = ompi ]; then
-			{ ompi latency -m 0:64 -i 100000 -x 1000; ompi latency -m "128:$max"; } | rows >"$out/ol.$r"
+			{ ompi latency -m "0:$((max < 64 ? max : 64))" -i 100000 -x 1000; ((max < 128)) || ompi latency -m "128:$max"; } | rows >"$out/ol.$r"
 			ompi bw -m "$max" | rows >"$out/ob.$r"
 		else
-			{ rivet osu_latency -m 0:64 -i 100000 -x 1000; rivet osu_latency -m "128:$max"; } | rows >"$out/rl.$r"
+			{ rivet osu_latency -m "0:$((max < 64 ? max : 64))" -i 100000 -x 1000; ((max < 128)) || rivet osu_latency -m "128:$max"; } | rows >"$out/rl.$r"
 			rivet osu_bw -m "$max" | rows >"$out/rb.$r"
 		fi
 	done

@@ -161,8 +161,8 @@ func TestRunsLikeOpenMPIComparator(t *testing.T) {
 		}
 		mpicc := testutil.LookTool(t, "mpicc.openmpi", "libopenmpi-dev")
 		mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
-		bin := filepath.Join(t.TempDir(), "osu_pt2pt")
-		if out, err := exec.Command(mpicc, "-O2", "-o", bin, "../ompi/osu_pt2pt.c").CombinedOutput(); err != nil {
+		bin := filepath.Join(t.TempDir(), "osu")
+		if out, err := exec.Command(mpicc, "-O2", "-o", bin, "../ompi/osu.c").CombinedOutput(); err != nil {
 			t.Fatalf("building the comparator: %v\n%s", err, out)
 		}
 		cmd := exec.Command(mpirun, append([]string{"-n", "2", "--mca", "btl", "self,vader", bin, tc.ompi}, strings.Fields(tc.args)...)...)
@@ -214,8 +214,8 @@ func TestCollectiveHeaders(t *testing.T) {
 func TestCollectivesLikeOpenMPIComparator(t *testing.T) {
 	mpicc := testutil.LookTool(t, "mpicc.openmpi", "libopenmpi-dev")
 	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
-	bin := filepath.Join(t.TempDir(), "osu_coll")
-	if out, err := exec.Command(mpicc, "-O2", "-o", bin, "../ompi/osu_coll.c").CombinedOutput(); err != nil {
+	bin := filepath.Join(t.TempDir(), "osu")
+	if out, err := exec.Command(mpicc, "-O2", "-o", bin, "../ompi/osu.c").CombinedOutput(); err != nil {
 		t.Fatalf("building the comparator: %v\n%s", err, out)
 	}
 	for _, tc := range []struct{ rivet, ompi, args string }{

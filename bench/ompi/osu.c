@@ -1,10 +1,14 @@
 /*
- * The comparator for Rivet's shared-memory point-to-point numbers: the
- * osu_latency and osu_bw measurements (same loops, counts and output
- * format as Rivet's bench/osu), written against MPI and built with
- * Debian's Open MPI (mpicc.openmpi). bench/shm-vs-ompi.sh runs both.
+ * The comparator for Rivet's shared-memory numbers: the loops of
+ * osu_latency, osu_bw, osu_allreduce and osu_barrier — same counts and
+ * output format as Rivet's bench/osu — written against MPI and built with
+ * Debian's Open MPI (mpicc.openmpi). bench/shm-vs-ompi.sh and
+ * bench/coll-vs-ompi.sh run it beside Rivet.
  *
- *   osu_pt2pt latency|bw [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
+ *   osu latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
+ *
+ * The collectives, like Rivet's, read the clock once on each side of the
+ * timed loop.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -74,19 +78,66 @@ static void run_bw(int rank, char *s, char *r, int min, int max, int iters, int 
     free(reqs);
 }
 
+static void row(int rank, int nprocs, int sized, int size, double lat)
+{
+    double sum = 0;
+    MPI_Reduce(&lat, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank != 0)
+        return;
+    if (sized)
+        printf("%-10d%18.2f\n", size, sum / nprocs);
+    else
+        printf("%17.2f\n", sum / nprocs);
+    fflush(stdout);
+}
+
+static void run_collective(int rank, int nprocs, int allreduce, char *s, char *r, int min, int max, int iters, int warm)
+{
+    if (allreduce) {
+        if (rank == 0)
+            printf("\n# OSU MPI Allreduce Latency Test v7.4\n# Datatype: MPI_CHAR.\n%-10s%18s\n", "# Size", "Avg Latency(us)");
+        for (int size = min; size <= max; size *= 2) {
+            int n = size > 8192 ? (iters > 0 ? iters : 100) : (iters > 0 ? iters : 1000);
+            int w = size > 8192 ? (warm >= 0 ? warm : 10) : (warm >= 0 ? warm : 100);
+            MPI_Barrier(MPI_COMM_WORLD);
+            for (int i = 0; i < w; i++)
+                MPI_Allreduce(s, r, size, MPI_CHAR, MPI_SUM, MPI_COMM_WORLD);
+            double t0 = MPI_Wtime(); /* one reading each side of the loop, as Rivet's bench does */
+            for (int i = 0; i < n; i++)
+                MPI_Allreduce(s, r, size, MPI_CHAR, MPI_SUM, MPI_COMM_WORLD);
+            row(rank, nprocs, 1, size, (MPI_Wtime() - t0) * 1e6 / n);
+        }
+    } else {
+        if (rank == 0)
+            printf("\n# OSU MPI Barrier Latency Test v7.4\n# Avg Latency(us)\n");
+        int n = iters > 0 ? iters : 1000, w = warm >= 0 ? warm : 100;
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int i = 0; i < w; i++)
+            MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < n; i++)
+            MPI_Barrier(MPI_COMM_WORLD);
+        row(rank, nprocs, 0, 0, (MPI_Wtime() - t0) * 1e6 / n);
+    }
+}
+
 int main(int argc, char **argv)
 {
-    int rank, nprocs, min = 0, max = 1 << 22, iters = -1, warm = -1, window = 64, opt;
+    int rank, nprocs, opt, iters = -1, warm = -1, window = 64;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
-    if (argc < 2 || nprocs < 2) {
+    const char *test = argc > 1 ? argv[1] : "";
+    int pt2pt = !strcmp(test, "latency") || !strcmp(test, "bw");
+    if (nprocs < 2 || !(pt2pt || !strcmp(test, "allreduce") || !strcmp(test, "barrier"))) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -n 2 %s latency|bw [-m MAX] [-i ITER] [-x WARMUP] [-W WINDOW]\n", argv[0]);
+            fprintf(stderr, "usage: mpirun -n N %s latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
-    const char *test = argv[1];
+    /* OSU's default sizes: point-to-point up to 4 MiB (latency from 0),
+       collectives 1 byte to 1 MiB. */
+    int min = strcmp(test, "latency") ? 1 : 0, max = pt2pt ? 1 << 22 : 1 << 20;
     optind = 2;
     while ((opt = getopt(argc, argv, "m:i:x:W:")) != -1) {
         switch (opt) {
@@ -107,13 +158,14 @@ int main(int argc, char **argv)
     char *s = malloc(max + 1), *r = malloc(max + 1);
     memset(s, 'a', max + 1);
     memset(r, 'b', max + 1);
-    if (strcmp(test, "latency") == 0) {
+    if (!strcmp(test, "latency"))
         run_latency(rank, s, r, min, max, iters > 0 ? iters : 10000, warm >= 0 ? warm : 100,
                     iters > 0 ? iters : 1000, warm >= 0 ? warm : 10);
-    } else {
+    else if (!strcmp(test, "bw"))
         run_bw(rank, s, r, min, max, iters > 0 ? iters : 100, warm >= 0 ? warm : 10,
                iters > 0 ? iters : 20, warm >= 0 ? warm : 2, window);
-    }
+    else
+        run_collective(rank, nprocs, !strcmp(test, "allreduce"), s, r, min, max, iters, warm);
     free(s);
     free(r);
     MPI_Finalize();
