@@ -34,7 +34,6 @@ type Comm struct {
 	ranks []int // comm rank -> world rank
 	index []int // world rank -> comm rank, or -1
 	freed atomic.Bool
-	world bool
 
 	collSeq atomic.Int64             // schedules started: the next one's tag
 	epoch   uint64                   // node barriers entered (world only)
@@ -99,14 +98,14 @@ func (c *Comm) valid() error {
 }
 
 // Free releases the communicator (MPI_Comm_free); using it afterwards is
-// an error. Operations already started complete normally. The world
-// communicator is freed by Endpoint.Close, not here.
+// an error. Operations already started complete normally. The world and
+// self communicators are freed by Endpoint.Close, not here.
 func (c *Comm) Free() error {
 	if err := c.valid(); err != nil {
 		return err
 	}
-	if c.world {
-		return fmt.Errorf("%w: the world communicator is freed by Endpoint.Close", ErrComm)
+	if c == c.ep.world || c == c.ep.self {
+		return fmt.Errorf("%w: the world and self communicators are freed by Endpoint.Close", ErrComm)
 	}
 	if c.freed.Swap(true) {
 		return fmt.Errorf("%w: freed twice", ErrComm)

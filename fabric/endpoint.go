@@ -71,9 +71,7 @@ func InitWith(ctx context.Context, b Bootstrap) (*Endpoint, error) {
 		return nil, err
 	}
 	ep.world = newComm(ep, 0, allRanks(ep.size))
-	ep.world.world = true
 	ep.self = newComm(ep, 1, []int{ep.rank})
-	ep.self.world = true
 	if err := ep.unlinkWhenMapped(ctx); err != nil {
 		ep.closeProviders()
 		return nil, err

@@ -65,7 +65,7 @@ const (
 // on this node, where node collectives can use shared memory directly.
 func (c *Comm) onNode() bool {
 	ep := c.ep
-	return c.world && c == ep.world && ep.shm != nil && len(ep.local) == ep.size
+	return c == ep.world && ep.shm != nil && len(ep.local) == ep.size
 }
 
 // NodeBarrier reports whether c can synchronize through shared memory
