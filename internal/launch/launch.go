@@ -96,7 +96,7 @@ type exit struct {
 	at     time.Time
 }
 
-// JobID returns a fresh job id; shared-memory segments carry it in their
+// newJobID returns a fresh job id; shared-memory segments carry it in their
 // names so a launcher can find what a job left behind.
 func newJobID() string {
 	var id [8]byte
