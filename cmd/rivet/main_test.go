@@ -178,6 +178,15 @@ func TestRXEAddDelete(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The watcher samples port states (on link updates, then every
+	// second): it must have reported the port ACTIVE before the test
+	// takes it down, or both changes could fall between two samples.
+	for deadline := time.Now().Add(2 * time.Second); !strings.Contains(events.String(), "PORT_ACTIVE rvcli0 port 1 (rvc0) state ACTIVE"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("rivet events did not report rvcli0 becoming active:\n%s", events.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if out, err := exec.Command("ip", "link", "set", "rvc0", "down").CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
