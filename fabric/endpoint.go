@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,10 +28,14 @@ type Endpoint struct {
 	e     *engine
 	rank  int
 	size  int
+	opts  options
 	shm   *shmProvider
+	verbs *verbsProvider
+	mem   memRegistry
 	world *Comm
 	self  *Comm
-	local []int // world ranks on this node
+	node  []int // world ranks on this node
+	local []int // world ranks sharing memory through shm (empty without shm)
 
 	createMu sync.Mutex // communicator creation, one at a time
 	idMu     sync.Mutex
@@ -40,14 +45,15 @@ type Endpoint struct {
 }
 
 // Init joins the job this process was started in (see DetectBootstrap)
-// and connects to its peers: shared memory to every process on this node.
-// It is collective: every process of the job calls it.
-func Init(ctx context.Context) (*Endpoint, error) {
+// and connects to its peers: shared memory to every process on this node,
+// verbs (RDMA) to the others (see WithProvider). It is collective: every
+// process of the job calls it.
+func Init(ctx context.Context, opts ...Option) (*Endpoint, error) {
 	b, err := DetectBootstrap(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ep, err := InitWith(ctx, b)
+	ep, err := InitWith(ctx, b, opts...)
 	if err != nil {
 		b.Close()
 		return nil, err
@@ -56,11 +62,15 @@ func Init(ctx context.Context) (*Endpoint, error) {
 }
 
 // InitWith is Init over a bootstrap the caller made.
-func InitWith(ctx context.Context, b Bootstrap) (*Endpoint, error) {
+func InitWith(ctx context.Context, b Bootstrap, opts ...Option) (*Endpoint, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	if err := bindFromEnv(); err != nil {
 		return nil, err
 	}
-	ep := &Endpoint{boot: b, rank: b.Rank(), size: b.Size()}
+	ep := &Endpoint{boot: b, rank: b.Rank(), size: b.Size(), opts: o}
 	ep.e = newEngine(ep.rank, ep.size)
 	for i := range ep.ids {
 		ep.ids[i] = ^uint64(0)
@@ -101,13 +111,16 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if ep.size == 1 {
 		return nil
 	}
-	if err := b.Put(ctx, "node", []byte(nodeKey()+"|"+strconv.Itoa(os.Getpid()))); err != nil {
+	mine := nodeKey()
+	if ep.opts.node != "" {
+		mine = ep.opts.node
+	}
+	if err := b.Put(ctx, "node", []byte(mine+"|"+strconv.Itoa(os.Getpid()))); err != nil {
 		return err
 	}
 	if err := b.Fence(ctx); err != nil {
 		return err
 	}
-	mine := nodeKey()
 	var pids []int
 	for r := 0; r < ep.size; r++ {
 		v, err := b.Get(ctx, r, "node")
@@ -124,8 +137,35 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("fabric: rank %d published a bad pid %q", r, s[i+1:])
 			}
-			ep.local = append(ep.local, r)
+			ep.node = append(ep.node, r)
 			pids = append(pids, pid)
+		}
+	}
+	// Who is reached how: shared memory within the node unless verbs is
+	// forced, verbs for everyone else.
+	var remote []int
+	for r := 0; r < ep.size; r++ {
+		if r == ep.rank {
+			continue
+		}
+		if ep.opts.provider == "verbs" || !slices.Contains(ep.node, r) {
+			remote = append(remote, r)
+		}
+	}
+	if ep.opts.provider != "verbs" && len(ep.node) > 1 {
+		ep.local = ep.node
+	}
+	if len(remote) > 0 {
+		if ep.opts.provider == "shm" {
+			return fmt.Errorf("fabric: world rank %d is on another node, and the shm provider was chosen: %w", remote[0], ErrNoRoute)
+		}
+		v, err := newVerbsProvider(ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), ep.rank, ep.size, remote, &ep.mem)
+		if err != nil {
+			return fmt.Errorf("%w (world rank %d is reached over verbs)", err, remote[0])
+		}
+		ep.verbs = v
+		if err := b.Put(ctx, "verbs", v.address()); err != nil {
+			return err
 		}
 	}
 	if len(ep.local) > 1 {
@@ -162,7 +202,12 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			}
 		}
 		ep.e.provs = append(ep.e.provs, ep.shm)
-		if len(ep.local) > runtime.NumCPU() {
+	}
+	if err := ep.connectVerbs(ctx, remote); err != nil {
+		return err
+	}
+	if len(ep.node) > 1 {
+		if len(ep.node) > runtime.NumCPU() {
 			// Oversubscribed: yield almost at once, and keep the Go
 			// runtime to one thread running Go code — its idle threads
 			// spin looking for work, taking the CPU from the very rank
@@ -172,7 +217,42 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 				runtime.GOMAXPROCS(1)
 			}
 		}
-		ep.e.health = newHealth(ep.local, pids, ep.rank)
+		ep.e.health = newHealth(ep.node, pids, ep.rank)
+	}
+	return nil
+}
+
+// connectVerbs connects a queue pair to each peer in remote, and returns
+// once every one of them has its side ready to receive: a frame that
+// reached a queue pair not yet connected would be dropped, and retried
+// only within the failure bound.
+func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
+	v := ep.verbs
+	if v == nil {
+		return nil
+	}
+	b := ep.boot
+	for _, r := range remote {
+		addr, err := b.Get(ctx, r, "verbs")
+		if err != nil {
+			return err
+		}
+		if err := v.connectPeer(r, addr); err != nil {
+			return err
+		}
+		ep.e.route[r] = v
+	}
+	ep.e.provs = append(ep.e.provs, v)
+	if err := b.Put(ctx, "verbs-up", []byte{1}); err != nil {
+		return err
+	}
+	if err := b.Fence(ctx); err != nil {
+		return err
+	}
+	for _, r := range remote {
+		if _, err := b.Get(ctx, r, "verbs-up"); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -233,7 +313,7 @@ func (ep *Endpoint) Self() *Comm { return ep.self }
 func (ep *Endpoint) Launcher() string { return ep.boot.Launcher() }
 
 // Provider names how this process reaches world rank r: "self", "shm",
-// or "" when nothing reaches it.
+// "verbs", or "" when nothing reaches it.
 func (ep *Endpoint) Provider(r int) string {
 	if r < 0 || r >= ep.size || ep.e.route[r] == nil {
 		return ""
@@ -270,6 +350,9 @@ func (ep *Endpoint) Close() error {
 	if ep.shm != nil {
 		ep.shm.markClosed()
 	}
+	if ep.verbs != nil {
+		ep.verbs.goodbye()
+	}
 	ep.e.closed = true
 	ep.e.mu.Unlock()
 	ep.closeProviders()
@@ -287,5 +370,9 @@ func (ep *Endpoint) closeProviders() {
 	}
 	if ep.shm != nil {
 		ep.shm.close()
+	}
+	if ep.verbs != nil {
+		ep.verbs.close()
+		ep.verbs = nil
 	}
 }

@@ -102,36 +102,53 @@ func (e *engine) receive(r *op, peer int, h *hdr, p *payload) {
 	case frameEager:
 		p.copyTo(r.buf[:n])
 	case frameRTS:
-		if n > 0 {
-			if rerr := e.readRemote(peer, r.buf[:n], h); rerr != nil {
-				n, err = 0, e.peerError(r.comm, peer, rerr)
-			}
+		r.status = Status{Source: int(h.src), Tag: int(h.tag), Count: n}
+		r.err = err
+		if n == 0 {
+			e.readDone(r, peer, h.id, nil)
+			return
 		}
-		if err == nil || errors.Is(err, ErrTruncated) {
-			e.fin = hdr{kind: frameFIN, id: h.id}
-			e.sendCtl(peer, &e.fin)
+		if done, rerr := e.readRemote(peer, r, r.buf[:n], h.id, h.addr, h.key); done {
+			e.readDone(r, peer, h.id, rerr)
+		} else {
+			r.state = stRdv // until the provider's readDone
 		}
+		return
 	}
 	r.status = Status{Source: int(h.src), Tag: int(h.tag), Count: n}
 	e.finish(r, err)
 }
 
-func (e *engine) readRemote(peer int, dst []byte, h *hdr) error {
+func (e *engine) readRemote(peer int, r *op, dst []byte, id, addr uint64, key uint32) (bool, error) {
 	if peer == e.me {
-		s := e.rdv[h.id]
+		s := e.rdv[id]
 		if s == nil {
-			return fmt.Errorf("fabric: internal: no rendezvous send %d", h.id)
+			return true, fmt.Errorf("fabric: internal: no rendezvous send %d", id)
 		}
 		copy(dst, s.buf)
-		return nil
+		return true, nil
 	}
-	err := e.route[peer].read(peer, dst, h.addr)
-	if errors.Is(err, errPeerGone) {
-		// This runs inside a poll (or a schedule's post): no draining
-		// here, or the frame being delivered would be delivered again.
-		e.markFailedNow(peer, procFailed("world rank %d: %v", peer, err))
+	return e.route[peer].read(peer, r, dst, id, addr, key)
+}
+
+// readDone ends rendezvous receive r of the message id from world rank
+// peer: it tells the sender (FIN) unless the read failed. r.err holds a
+// truncation error from the match, if any.
+func (e *engine) readDone(r *op, peer int, id uint64, rerr error) {
+	err := r.err
+	if rerr != nil {
+		if errors.Is(rerr, errPeerGone) {
+			// This runs inside a poll (or a schedule's post): no draining
+			// here, or the frame being delivered would be delivered again.
+			e.markFailedNow(peer, procFailed("world rank %d: %v", peer, rerr))
+		}
+		r.status.Count = 0
+		err = e.peerError(r.comm, peer, rerr)
+	} else {
+		e.fin = hdr{kind: frameFIN, id: id}
+		e.sendCtl(peer, &e.fin)
 	}
-	return err
+	e.finish(r, err)
 }
 
 // peerError describes a failure involving world rank peer for an
@@ -201,11 +218,14 @@ func (e *engine) startSend(r *op) {
 	e.npend++
 }
 
+// payload is what a send hands its provider: the message (an RTS's
+// provider may need it to expose or stage it), or nothing for control
+// frames.
 func (r *op) payload() []byte {
-	if r.h.kind == frameEager {
-		return r.buf
+	if r.kind == reqCtl {
+		return nil
 	}
-	return nil
+	return r.buf
 }
 
 // sent records that send r's frame is with the provider.
@@ -520,6 +540,9 @@ type selfFrame struct {
 func (s *selfProvider) name() string  { return "self" }
 func (s *selfProvider) eagerMax() int { return 1 << 10 }
 func (s *selfProvider) send(_ int, h *hdr, payload []byte) bool {
+	if h.kind != frameEager {
+		payload = nil // the receive copies from the send's buffer
+	}
 	if len(s.q) < cap(s.q) {
 		s.q = s.q[:len(s.q)+1]
 	} else {
@@ -546,8 +569,8 @@ func (s *selfProvider) poll(e *engine, budget int) int {
 	return n
 }
 
-func (s *selfProvider) read(int, []byte, uint64) error {
-	return errors.New("fabric: internal: self read")
+func (s *selfProvider) read(int, *op, []byte, uint64, uint64, uint32) (bool, error) {
+	return true, errors.New("fabric: internal: self read")
 }
 func (s *selfProvider) closed(int) bool { return false }
 func (s *selfProvider) close() error    { return nil }

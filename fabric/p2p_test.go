@@ -29,27 +29,47 @@ func pattern(n, seed int) []byte {
 }
 
 // progSizes: rank 0 sends every size to every other rank, which echoes
-// it back; sizes cross the eager limit and reach 16 MiB (to rank 1).
+// it back; sizes cross the eager limits (shm's and verbs') and reach
+// 16 MiB (to rank 1). Rank 0 sends from and receives into Go memory; from
+// 64 KiB on, it repeats with AllocMem memory on both sides, which the
+// verbs provider moves without staging.
 func progSizes(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
-	sizes := []int{0, 1, 7, 64, 4095, shmEager - 1, shmEager, shmEager + 1, 64 << 10, 1 << 20, 4<<20 + 3, 16 << 20}
+	sizes := []int{0, 1, 7, 64, 4095, vEager - 1, vEager, vEager + 1, shmEager - 1, shmEager, shmEager + 1,
+		64 << 10, 64 << 10, 1 << 20, 1 << 20, 4<<20 + 3, 16 << 20, 16 << 20}
+	var mem [][]byte
+	defer func() {
+		for _, b := range mem {
+			must(ep.FreeMem(b), "FreeMem")
+		}
+	}()
 	for peer := 1; peer < w.Size(); peer++ {
-		for _, n := range sizes {
+		for i, n := range sizes {
 			if n > 1<<20 && peer != 1 {
 				continue
 			}
+			alloc := func(n int) []byte { return make([]byte, n) }
+			if i > 0 && sizes[i-1] == n {
+				alloc = func(n int) []byte {
+					b, err := ep.AllocMem(n)
+					must(err, "AllocMem")
+					mem = append(mem, b)
+					return b
+				}
+			}
 			switch w.Rank() {
 			case 0:
-				msg := pattern(n, peer)
+				msg := alloc(n)
+				copy(msg, pattern(n, peer))
 				must(w.Send(ctx, msg, peer, n%1000), "send")
-				back := make([]byte, n)
+				back := alloc(n)
 				st, err := w.Recv(ctx, back, peer, n%1000)
 				must(err, "recv echo")
 				if st.Count != n || st.Source != peer || st.Tag != n%1000 || !bytes.Equal(back, msg) {
 					failf("size %d to %d: echo came back wrong (status %+v)", n, peer, st)
 				}
 			case peer:
-				buf := make([]byte, n)
+				buf := alloc(n)
 				st, err := w.Recv(ctx, buf, 0, AnyTag)
 				must(err, "recv")
 				if st.Count != n || !bytes.Equal(buf, pattern(n, peer)) {

@@ -18,14 +18,19 @@ type provider interface {
 	eagerMax() int
 	// send queues one frame for peer (a world rank). It returns false,
 	// leaving nothing queued, when the peer's queue has no room; frames
-	// to one peer arrive in the order sent.
+	// to one peer arrive in the order sent. For an RTS, payload is the
+	// message the peer will read (a provider may stage it).
 	send(peer int, h *hdr, payload []byte) bool
 	// poll hands up to budget arrived frames to the engine (deliver) and
 	// returns how many it handed over. A payload is valid only during its
 	// deliver call.
 	poll(e *engine, budget int) int
-	// read copies len(dst) bytes of peer's memory at addr into dst.
-	read(peer int, dst []byte, addr uint64) error
+	// read starts moving the rendezvous message announced at addr (with
+	// key) into dst, for receive r of message id. It reports done when the
+	// data is in dst (or err says why not); otherwise the provider later
+	// calls engine.readDone. (Fields, not the header: a header pointer
+	// through this interface would move every polled header to the heap.)
+	read(peer int, r *op, dst []byte, id, addr uint64, key uint32) (done bool, err error)
 	// closed reports whether peer shut down cleanly (Close), as opposed
 	// to dying; only meaningful once the peer is gone.
 	closed(peer int) bool
@@ -49,6 +54,7 @@ type hdr struct {
 	size uint64 // message length in bytes
 	id   uint64 // rendezvous: the sender's request id
 	addr uint64 // rendezvous: the message's address in the sender
+	key  uint32 // rendezvous: the key that grants access to it (verbs: rkey)
 }
 
 // payload is an arrived frame's payload: contiguous (flat), or n bytes

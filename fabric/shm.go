@@ -204,6 +204,9 @@ func (s *shmProvider) eagerMax() int { return shmEager }
 
 func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 	o := s.out[peer]
+	if h.kind != frameEager {
+		payload = nil // a rendezvous peer reads the message in place
+	}
 	n := uint64(s.cells)
 	k := uint64(cellsFor(len(payload)))
 	if o.tail+k-o.cachedHead > n {
@@ -290,8 +293,12 @@ func (s *shmProvider) poll(e *engine, budget int) int {
 }
 
 // read copies from the peer's address space with one process_vm_readv
-// per contiguous piece the kernel agrees to move.
-func (s *shmProvider) read(peer int, dst []byte, addr uint64) error {
+// per contiguous piece the kernel agrees to move; it is done on return.
+func (s *shmProvider) read(peer int, _ *op, dst []byte, _, addr uint64, _ uint32) (bool, error) {
+	return true, s.readAt(peer, dst, addr)
+}
+
+func (s *shmProvider) readAt(peer int, dst []byte, addr uint64) error {
 	o := s.out[peer]
 	for len(dst) > 0 {
 		s.liov[0] = unix.Iovec{Base: &dst[0]}

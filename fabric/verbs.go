@@ -1,0 +1,676 @@
+package fabric
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rivet-hpc/rivet/hw"
+	"github.com/rivet-hpc/rivet/verbs"
+)
+
+// The verbs provider: one reliable-connected queue pair per peer, on one
+// device, protection domain and completion queue.
+//
+// Eager messages (≤ 8 KiB) are RDMA sends into receive buffers posted in
+// advance, vCredits per peer. A sender holds a credit per free buffer at
+// the receiver and never sends without one, so a receive is never missing
+// (no receiver-not-ready NAKs, whose retries rxe would spend) and the
+// memory for them is fixed. The receiver returns credits as a running
+// count of the buffers it consumed and posted again: in the header of
+// every frame it sends back, and, when it has no traffic going back, by an
+// RDMA write of the count into the sender's control words — a write
+// consumes no receive buffer, so credits can never deadlock.
+//
+// Longer messages go by rendezvous: the RTS frame names the message by
+// address and rkey, the receiver RDMA-reads it and answers with FIN. Memory
+// from Endpoint.AllocMem is registered once (on first use) and moves with
+// zero copies; any other buffer — Go's heap, which the runtime may free and
+// reuse while a registration pins it — is staged through registered
+// buffers kept in size classes for reuse.
+//
+// A failed completion is a per-peer fact: the peer's queue pair is in
+// error, that peer is marked failed (or closed, if it said goodbye first),
+// and every other peer carries on.
+
+const (
+	vHdr       = 48       // frame header on the wire
+	vEager     = 8 << 10  // largest eager payload
+	vCredits   = 64       // receive buffers per peer
+	vSendSlots = 128      // staging slots for sends that are not inline
+	vInline    = 256      // QP inline capacity; frames up to it go inline
+	vSQ        = 512      // send queue depth per peer
+	vStageKeep = 64 << 20 // staging memory kept for reuse
+	vCtlWords  = 2        // per world rank: credits from it, its goodbye
+	vMaxReads  = 256      // rendezvous reads in flight
+	vFailWait  = time.Second
+)
+
+// vSlotSize is a buffer for a header and an eager payload, in whole
+// cache lines.
+const vSlotSize = (vHdr + vEager + 63) &^ 63
+
+// Work request IDs: the kind in the top byte, an index below.
+const (
+	wrRecv uint64 = (iota + 1) << 56
+	wrSend
+	wrRead
+	wrCtl // unsignaled control writes: credits, goodbye
+	wrOneSided
+	wrKindMask = 0xff << 56
+)
+
+type verbsPeer struct {
+	world int
+	qp    *verbs.QP
+	rcq   *verbs.CQ       // receives from this peer alone, for fair polling
+	ctl   verbs.RemoteBuf // the peer's control words
+	// Credits, as running counts modulo 2^32: frames sent to the peer and
+	// the peer's count of our frames it consumed; frames from the peer we
+	// consumed and the last count we told it.
+	sent, acked        uint32
+	consumed, reported uint32
+	oneSided           oneSidedCounts
+}
+
+type vRead struct {
+	r     *op
+	peer  int
+	id    uint64
+	dst   []byte
+	stage *verbs.MR
+	sges  []verbs.SGE    // one per chunk of at most the port's message size
+	wrs   []verbs.SendWR // kept across uses of the slot
+}
+
+type verbsProvider struct {
+	dev     *verbs.Context
+	pd      *verbs.PD
+	cq      *verbs.CQ
+	gid     hw.GID
+	me      int
+	maxMsg  int          // the port's largest message
+	peers   []*verbsPeer // by world rank; nil for peers reached otherwise
+	byQPN   map[uint32]*verbsPeer
+	next    int          // the peer whose receives the next poll looks at first
+	byIx    []*verbsPeer // verbs peers in world-rank order; peer ix has receive slots [ix*vCredits, (ix+1)*vCredits)
+	recv    *verbs.MR
+	sendBuf *verbs.MR // vSendSlots slots, then one inline scratch slot
+	free    []int     // free send slots
+	ctl     *verbs.MR // vCtlWords per world rank, then one source word
+	mem     *memRegistry
+
+	reads     []vRead
+	freeReads []int
+	deferred  []int // reads the send queue had no room for
+	staged    map[uint64]*verbs.MR
+	stages    [64][]*verbs.MR // free staging buffers by size class
+	kept      int
+	dead      []peerFault // failures noticed outside a poll
+	wcs       [32]verbs.WorkCompletion
+	sge       [1]verbs.SGE
+	wr        [1]verbs.SendWR
+	pl        payload
+}
+
+type peerFault struct {
+	peer  int
+	cause error
+}
+
+// newVerbsProvider opens device (or the first active one) and makes a
+// queue pair for each world rank in peers.
+func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry) (_ *verbsProvider, err error) {
+	v := &verbsProvider{me: me, peers: make([]*verbsPeer, size), byQPN: map[uint32]*verbsPeer{},
+		staged: map[uint64]*verbs.MR{}, mem: mem, reads: make([]vRead, 0, vMaxReads)}
+	defer func() {
+		if err != nil {
+			v.close()
+		}
+	}()
+	if v.dev, err = verbs.Open(device); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
+	}
+	if v.gid, err = roceGID(v.dev); err != nil {
+		return nil, err
+	}
+	port, err := v.dev.QueryPort(1)
+	if err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
+	}
+	v.maxMsg = int(min(port.MaxMsgSize, 1<<30))
+	if v.pd, err = v.dev.AllocPD(); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
+	}
+	cqe := len(peers)*vSQ + vSendSlots + vMaxReads
+	if max := v.dev.Attr().MaxCQE; max > 0 && cqe > max {
+		return nil, fmt.Errorf("fabric: verbs provider: %d peers need %d completion queue entries, %s has %d", len(peers), cqe, v.dev.Name(), max)
+	}
+	if v.cq, err = v.dev.NewCQ(verbs.CQConfig{Size: cqe}); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
+	}
+	if v.recv, err = v.pd.Alloc(max(1, len(peers))*vCredits*vSlotSize, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: receive buffers: %w", err)
+	}
+	if v.sendBuf, err = v.pd.Alloc((vSendSlots+1)*vSlotSize, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: send buffers: %w", err)
+	}
+	if v.ctl, err = v.pd.Alloc((size*vCtlWords+1)*8, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: control words: %w", err)
+	}
+	for i := vSendSlots - 1; i >= 0; i-- {
+		v.free = append(v.free, i)
+	}
+	for i, w := range peers {
+		p := &verbsPeer{world: w}
+		v.byIx = append(v.byIx, p)
+		if p.rcq, err = v.dev.NewCQ(verbs.CQConfig{Size: vCredits}); err != nil {
+			return nil, fmt.Errorf("fabric: verbs provider: %w", err)
+		}
+		qp, err := v.pd.NewQP(verbs.QPConfig{SendCQ: v.cq, RecvCQ: p.rcq, MaxSendWR: vSQ,
+			MaxRecvWR: vCredits, MaxInline: vInline})
+		if err != nil {
+			return nil, fmt.Errorf("fabric: verbs provider: queue pair for rank %d: %w", w, err)
+		}
+		p.qp = qp
+		v.peers[w], v.byQPN[qp.QPN()] = p, p
+		for k := 0; k < vCredits; k++ {
+			if err := v.postRecv(i*vCredits + k); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return v, nil
+}
+
+// roceGID is the device's first RoCE v2 GID on port 1, IPv4 preferred.
+func roceGID(dev *verbs.Context) (hw.GID, error) {
+	var found hw.GID
+	for _, p := range dev.Device().Ports {
+		if p.Number != 1 {
+			continue
+		}
+		for _, g := range p.GIDs {
+			if g.Type != hw.GIDTypeRoCEv2 || g.GID.IsZero() {
+				continue
+			}
+			if g.GID.IsIPv4() {
+				return g.GID, nil
+			}
+			if found.IsZero() {
+				found = g.GID
+			}
+		}
+	}
+	if found.IsZero() {
+		return found, fmt.Errorf("fabric: verbs provider: %s port 1 has no RoCE v2 GID", dev.Name())
+	}
+	return found, nil
+}
+
+// address is what peers need to connect: our GID, control words, and the
+// queue pair each peer is to talk to.
+func (v *verbsProvider) address() []byte {
+	le := binary.LittleEndian
+	b := append([]byte(nil), v.gid[:]...)
+	b = le.AppendUint64(b, v.ctl.Addr())
+	b = le.AppendUint32(b, v.ctl.RKey())
+	for _, p := range v.peers {
+		var qpn, psn uint32
+		if p != nil {
+			qpn, psn = p.qp.QPN(), p.qp.PSN()
+		}
+		b = le.AppendUint32(b, qpn)
+		b = le.AppendUint32(b, psn)
+	}
+	return b
+}
+
+// connectPeer brings world rank w's queue pair to RTS from its address.
+func (v *verbsProvider) connectPeer(w int, addr []byte) error {
+	le := binary.LittleEndian
+	n := len(v.peers)
+	if len(addr) != 16+12+8*n {
+		return fmt.Errorf("fabric: rank %d published a %d-byte verbs address, want %d", w, len(addr), 16+12+8*n)
+	}
+	p := v.peers[w]
+	var remote verbs.Endpoint
+	copy(remote.GID[:], addr[:16])
+	p.ctl = verbs.RemoteBuf{Addr: le.Uint64(addr[16:]), RKey: le.Uint32(addr[24:]), Len: uint64(n*vCtlWords) * 8}
+	off := 28 + 8*v.me
+	remote.QPN, remote.PSN = le.Uint32(addr[off:]), le.Uint32(addr[off+4:])
+	if remote.QPN == 0 {
+		return fmt.Errorf("fabric: rank %d has no queue pair for this process (providers disagree)", w)
+	}
+	if err := p.qp.Connect(remote, verbs.ConnectConfig{GIDIndex: -1}); err != nil {
+		return fmt.Errorf("fabric: connecting to rank %d over %s: %w", w, v.dev.Name(), err)
+	}
+	return nil
+}
+
+func (v *verbsProvider) name() string  { return "verbs" }
+func (v *verbsProvider) eagerMax() int { return vEager }
+
+// failureBound is how long a request to a dead peer takes to fail.
+func (v *verbsProvider) failureBound() time.Duration {
+	for _, p := range v.peers {
+		if p != nil {
+			return p.qp.FailureBound()
+		}
+	}
+	return 0
+}
+
+func (v *verbsProvider) postRecv(slot int) error {
+	v.sge[0] = verbs.SGE{MR: v.recv, Offset: uint64(slot * vSlotSize), Length: vSlotSize}
+	return v.byIx[slot/vCredits].qp.PostRecv(verbs.RecvWR{ID: wrRecv | uint64(slot), Local: v.sge[:]})
+}
+
+func (v *verbsProvider) ctlWord(w, k int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[(w*vCtlWords+k)*8]))
+}
+
+func putHdr(b []byte, h *hdr, addr uint64, key, credit uint32) {
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], h.kind)
+	le.PutUint32(b[4:], h.ctx)
+	le.PutUint32(b[8:], uint32(h.src))
+	le.PutUint32(b[12:], uint32(h.tag))
+	le.PutUint64(b[16:], h.size)
+	le.PutUint64(b[24:], h.id)
+	le.PutUint64(b[32:], addr)
+	le.PutUint32(b[40:], key)
+	le.PutUint32(b[44:], credit)
+}
+
+func getHdr(b []byte, h *hdr) (credit uint32) {
+	le := binary.LittleEndian
+	h.kind = le.Uint32(b[0:])
+	h.ctx = le.Uint32(b[4:])
+	h.src = int32(le.Uint32(b[8:]))
+	h.tag = int32(le.Uint32(b[12:]))
+	h.size = le.Uint64(b[16:])
+	h.id = le.Uint64(b[24:])
+	h.addr = le.Uint64(b[32:])
+	h.key = le.Uint32(b[40:])
+	return le.Uint32(b[44:])
+}
+
+// send posts one frame. For an RTS, payload is the whole message, which
+// the peer will read.
+func (v *verbsProvider) send(peer int, h *hdr, payload []byte) bool {
+	p := v.peers[peer]
+	if p.sent-p.acked >= vCredits {
+		if c := uint32(atomic.LoadUint64(v.ctlWord(peer, 0))); int32(c-p.acked) > 0 {
+			p.acked = c
+		}
+		if p.sent-p.acked >= vCredits {
+			return false
+		}
+	}
+	addr, key := h.addr, uint32(0)
+	if h.kind == frameRTS {
+		mr, off, err := v.mem.lookup(v.pd, payload)
+		if err != nil {
+			v.dead = append(v.dead, peerFault{peer, err})
+			return true
+		}
+		if mr == nil {
+			if mr, err = v.getStage(len(payload)); err != nil {
+				v.dead = append(v.dead, peerFault{peer, err})
+				return true
+			}
+			copy(mr.Bytes(), payload)
+			v.staged[h.id] = mr
+			off = 0
+		}
+		addr, key = mr.Addr()+off, mr.RKey()
+		payload = nil
+	}
+	n := vHdr + len(payload)
+	slot := vSendSlots // the inline scratch slot
+	flags := verbs.Inline
+	if n > vInline {
+		if len(v.free) == 0 {
+			return false
+		}
+		slot = v.free[len(v.free)-1]
+		flags = verbs.Signaled
+	}
+	b := v.sendBuf.Bytes()[slot*vSlotSize : slot*vSlotSize+n]
+	putHdr(b, h, addr, key, p.consumed)
+	copy(b[vHdr:], payload)
+	v.sge[0] = verbs.SGE{MR: v.sendBuf, Offset: uint64(slot * vSlotSize), Length: uint32(n)}
+	v.wr[0] = verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: flags, Local: v.sge[:]}
+	if err := p.qp.PostSend(v.wr[:]...); err != nil {
+		if errors.Is(err, verbs.ErrQueueFull) {
+			return false
+		}
+		v.dead = append(v.dead, peerFault{peer, err})
+		return true
+	}
+	if slot < vSendSlots {
+		v.free = v.free[:len(v.free)-1]
+	}
+	p.sent++
+	p.reported = p.consumed
+	return true
+}
+
+// read starts reading the rendezvous message h describes into dst; the
+// engine hears of the end through readDone.
+func (v *verbsProvider) read(peer int, r *op, dst []byte, id, addr uint64, key uint32) (bool, error) {
+	if len(v.freeReads) == 0 {
+		if len(v.reads) >= vMaxReads {
+			return true, fmt.Errorf("fabric: internal: %d rendezvous reads in flight", len(v.reads))
+		}
+		v.reads = append(v.reads, vRead{})
+		v.freeReads = append(v.freeReads, len(v.reads)-1)
+	}
+	i := v.freeReads[len(v.freeReads)-1]
+	v.freeReads = v.freeReads[:len(v.freeReads)-1]
+	rd := &v.reads[i]
+	rd.r, rd.peer, rd.id, rd.dst, rd.stage = r, peer, id, dst, nil
+	mr, off, err := v.mem.lookup(v.pd, dst)
+	if err == nil && mr == nil {
+		mr, err = v.getStage(len(dst))
+		rd.stage = mr
+	}
+	if err != nil {
+		v.endRead(i)
+		return true, err
+	}
+	// One read per chunk of the port's largest message; only the last is
+	// signaled (a failed one completes anyway).
+	k := (len(dst) + v.maxMsg - 1) / v.maxMsg
+	rd.sges, rd.wrs = rd.sges[:0], rd.wrs[:0]
+	for c := 0; c < k; c++ {
+		lo := c * v.maxMsg
+		n := min(v.maxMsg, len(dst)-lo)
+		rd.sges = append(rd.sges, verbs.SGE{MR: mr, Offset: off + uint64(lo), Length: uint32(n)})
+	}
+	for c := 0; c < k; c++ {
+		lo := uint64(c * v.maxMsg)
+		rd.wrs = append(rd.wrs, verbs.SendWR{ID: wrRead | uint64(i), Op: verbs.OpRDMARead,
+			Local: rd.sges[c : c+1], Remote: verbs.RemoteBuf{Addr: addr + lo, RKey: key, Len: uint64(rd.sges[c].Length)}})
+	}
+	rd.wrs[k-1].Flags = verbs.Signaled
+	if err := v.postRead(i); err != nil {
+		v.endRead(i)
+		return true, err
+	}
+	return false, nil
+}
+
+func (v *verbsProvider) postRead(i int) error {
+	rd := &v.reads[i]
+	err := v.peers[rd.peer].qp.PostSend(rd.wrs...)
+	if errors.Is(err, verbs.ErrQueueFull) {
+		v.deferred = append(v.deferred, i)
+		return nil
+	}
+	return err
+}
+
+func (v *verbsProvider) endRead(i int) {
+	if st := v.reads[i].stage; st != nil {
+		v.putStage(st)
+	}
+	rd := &v.reads[i]
+	rd.r, rd.dst, rd.stage = nil, nil, nil
+	v.freeReads = append(v.freeReads, i)
+}
+
+// getStage returns a registered buffer of at least n bytes.
+func (v *verbsProvider) getStage(n int) (*verbs.MR, error) {
+	c := max(16, bits.Len(uint(n-1)))
+	if l := v.stages[c]; len(l) > 0 {
+		mr := l[len(l)-1]
+		v.stages[c] = l[:len(l)-1]
+		v.kept -= mr.Len()
+		return mr, nil
+	}
+	mr, err := v.pd.Alloc(1<<c, verbs.AccessAll)
+	if err != nil {
+		return nil, fmt.Errorf("fabric: staging %d bytes: %w", n, err)
+	}
+	return mr, nil
+}
+
+func (v *verbsProvider) putStage(mr *verbs.MR) {
+	if v.kept+mr.Len() > vStageKeep {
+		mr.Close()
+		return
+	}
+	c := bits.Len(uint(mr.Len() - 1))
+	v.stages[c] = append(v.stages[c], mr)
+	v.kept += mr.Len()
+}
+
+func (v *verbsProvider) poll(e *engine, budget int) int {
+	for len(v.dead) > 0 {
+		f := v.dead[0]
+		v.dead = v.dead[1:]
+		v.fail(e, v.peers[f.peer], f.cause)
+	}
+	for len(v.deferred) > 0 {
+		i := v.deferred[0]
+		if err := v.peers[v.reads[i].peer].qp.PostSend(v.reads[i].wrs...); err != nil {
+			if errors.Is(err, verbs.ErrQueueFull) {
+				break
+			}
+			v.readEnded(e, i, err)
+		}
+		v.deferred = v.deferred[1:]
+	}
+	got := v.drain(e, v.cq, min(budget, len(v.wcs)))
+	// Receives: a few frames per peer per round, starting with a
+	// different peer each time, so that one busy sender cannot starve the
+	// others (their frames wait in their own queues, as on shm).
+	n := len(v.byIx)
+	start := v.next
+	if v.next++; v.next >= n {
+		v.next = 0
+	}
+	for k := 0; k < n && got < budget; k++ {
+		i := start + k
+		if i >= n {
+			i -= n
+		}
+		got += v.drain(e, v.byIx[i].rcq, min(8, budget-got))
+	}
+	return got
+}
+
+// drain handles up to max completions from cq.
+func (v *verbsProvider) drain(e *engine, cq *verbs.CQ, max int) int {
+	n, err := cq.Poll(v.wcs[:max])
+	if err != nil {
+		return 0
+	}
+	for k := 0; k < n; k++ {
+		wc := &v.wcs[k]
+		i := int(wc.ID &^ wrKindMask)
+		if wc.Status != verbs.StatusSuccess {
+			switch wc.ID & wrKindMask {
+			case wrSend:
+				v.free = append(v.free, i)
+			case wrRead:
+				v.readEnded(e, i, wc.Err())
+			case wrOneSided:
+				if p := v.byQPN[wc.QPN]; p != nil {
+					p.oneSided.fail(wc.Err())
+				}
+			}
+			if p := v.byQPN[wc.QPN]; p != nil {
+				v.fail(e, p, wc.Err())
+			}
+			continue
+		}
+		switch wc.ID & wrKindMask {
+		case wrRecv:
+			v.received(e, i, int(wc.ByteLen))
+		case wrSend:
+			v.free = append(v.free, i)
+		case wrRead:
+			v.readEnded(e, i, nil)
+		case wrOneSided:
+			if p := v.byQPN[wc.QPN]; p != nil {
+				p.oneSided.done++
+			}
+		}
+	}
+	return n
+}
+
+// received handles a frame in receive slot i.
+func (v *verbsProvider) received(e *engine, i, n int) {
+	p := v.byIx[i/vCredits]
+	if n < vHdr {
+		v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("fabric: a %d-byte frame", n)})
+		return
+	}
+	b := v.recv.Bytes()[i*vSlotSize : i*vSlotSize+n]
+	var h hdr
+	if c := getHdr(b, &h); int32(c-p.acked) > 0 {
+		p.acked = c
+	}
+	switch h.kind {
+	case frameFIN:
+		if mr := v.staged[h.id]; mr != nil {
+			delete(v.staged, h.id)
+			v.putStage(mr)
+		}
+		v.pl = payload{}
+	case frameEager:
+		v.pl = payload{flat: b[vHdr:]}
+	default:
+		v.pl = payload{}
+	}
+	e.deliver(p.world, &h, &v.pl)
+	if err := v.postRecv(i); err != nil {
+		v.dead = append(v.dead, peerFault{p.world, err})
+		return
+	}
+	p.consumed++
+	if p.consumed-p.reported >= vCredits/2 {
+		v.writeCredits(p)
+	}
+}
+
+// writeCredits tells p how many of its frames we consumed, without a
+// frame: an RDMA write into its control words.
+func (v *verbsProvider) writeCredits(p *verbsPeer) {
+	if v.writeCtl(p, 0, uint64(p.consumed)) == nil {
+		p.reported = p.consumed
+	}
+}
+
+// writeCtl writes val into p's control word k for this process.
+func (v *verbsProvider) writeCtl(p *verbsPeer, k int, val uint64) error {
+	src := v.ctl.Bytes()[len(v.peers)*vCtlWords*8:]
+	binary.NativeEndian.PutUint64(src, val)
+	v.sge[0] = verbs.SGE{MR: v.ctl, Offset: uint64(len(v.peers) * vCtlWords * 8), Length: 8}
+	v.wr[0] = verbs.SendWR{ID: wrCtl, Op: verbs.OpRDMAWrite, Flags: verbs.Inline, Local: v.sge[:],
+		Remote: p.ctl.At(uint64((v.me*vCtlWords + k) * 8))}
+	if k == 1 {
+		v.wr[0].Flags |= verbs.Signaled
+	}
+	return p.qp.PostSend(v.wr[:]...)
+}
+
+// readEnded finishes read i with err.
+func (v *verbsProvider) readEnded(e *engine, i int, err error) {
+	rd := v.reads[i]
+	if err == nil && rd.stage != nil && !rd.r.orphan {
+		copy(rd.dst, rd.stage.Bytes())
+	}
+	v.endRead(i)
+	e.readDone(rd.r, rd.peer, rd.id, err)
+}
+
+// fail records that p's queue pair failed with cause.
+func (v *verbsProvider) fail(e *engine, p *verbsPeer, cause error) {
+	if e.failed[p.world] != nil {
+		return
+	}
+	if v.closed(p.world) {
+		e.markFailedNow(p.world, fmt.Errorf("%w: world rank %d closed its endpoint (%v)", ErrClosed, p.world, cause))
+		return
+	}
+	e.markFailedNow(p.world, procFailed("world rank %d over %s: %v", p.world, v.dev.Name(), cause))
+}
+
+// closed reports whether the peer said goodbye (Close) before going.
+func (v *verbsProvider) closed(peer int) bool {
+	return atomic.LoadUint64(v.ctlWord(peer, 1)) == 1
+}
+
+// goodbye tells every connected peer that this process is closing on
+// purpose, and waits (briefly) until the writes are acknowledged.
+func (v *verbsProvider) goodbye() {
+	want := 0
+	for _, p := range v.peers {
+		if p != nil && p.qp.State() == verbs.QPRTS && v.writeCtl(p, 1, 1) == nil {
+			want++
+		}
+	}
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for want > 0 && time.Now().Before(deadline) {
+		n, err := v.cq.Poll(v.wcs[:])
+		if err != nil {
+			return
+		}
+		for k := 0; k < n; k++ {
+			if v.wcs[k].ID == wrCtl {
+				want--
+			}
+		}
+	}
+}
+
+func (v *verbsProvider) close() error {
+	for _, p := range v.byIx {
+		if p.qp != nil {
+			p.qp.Close()
+		}
+		if p.rcq != nil {
+			p.rcq.Close()
+		}
+	}
+	for _, mr := range v.staged {
+		mr.Close()
+	}
+	for _, rd := range v.reads {
+		if rd.stage != nil {
+			rd.stage.Close()
+		}
+	}
+	for _, l := range v.stages {
+		for _, mr := range l {
+			mr.Close()
+		}
+	}
+	if v.mem != nil {
+		v.mem.deregister()
+	}
+	for _, mr := range []*verbs.MR{v.recv, v.sendBuf, v.ctl} {
+		if mr != nil {
+			mr.Close()
+		}
+	}
+	if v.cq != nil {
+		v.cq.Close()
+	}
+	if v.pd != nil {
+		v.pd.Close()
+	}
+	if v.dev != nil {
+		return v.dev.Close()
+	}
+	return nil
+}
