@@ -445,6 +445,11 @@ func (e *engine) scan(r *op) error {
 		if e.health != nil {
 			e.health.check(e)
 		}
+		for _, p := range e.provs {
+			if pr, ok := p.(prober); ok {
+				pr.probe(now)
+			}
+		}
 	}
 	if r == nil || e.nfailed == 0 || r.kind != reqRecv || r.peer != AnySource {
 		return nil

@@ -1,6 +1,9 @@
 package fabric
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // A provider moves frames between this process and the peers it reaches,
 // in the spirit of a libfabric provider: ordered messages to each peer
@@ -35,6 +38,12 @@ type provider interface {
 	// to dying; only meaningful once the peer is gone.
 	closed(peer int) bool
 	close() error
+}
+
+// A prober is a provider that can check on its peers while a call waits,
+// for transports that notice a dead peer only when traffic to it fails.
+type prober interface {
+	probe(now time.Time)
 }
 
 // Frame kinds.

@@ -61,6 +61,7 @@ const (
 	wrRead
 	wrCtl // unsignaled control writes: credits, goodbye
 	wrOneSided
+	wrProbe
 	wrKindMask = 0xff << 56
 )
 
@@ -75,6 +76,8 @@ type verbsPeer struct {
 	sent, acked        uint32
 	consumed, reported uint32
 	oneSided           oneSidedCounts
+	probing            bool // a probe is in flight
+	dead               bool // its queue pair failed
 }
 
 type vRead struct {
@@ -96,7 +99,8 @@ type verbsProvider struct {
 	maxMsg  int          // the port's largest message
 	peers   []*verbsPeer // by world rank; nil for peers reached otherwise
 	byQPN   map[uint32]*verbsPeer
-	next    int          // the peer whose receives the next poll looks at first
+	next    int // the peer whose receives the next poll looks at first
+	probed  time.Time
 	byIx    []*verbsPeer // verbs peers in world-rank order; peer ix has receive slots [ix*vCredits, (ix+1)*vCredits)
 	recv    *verbs.MR
 	sendBuf *verbs.MR // vSendSlots slots, then one inline scratch slot
@@ -522,6 +526,8 @@ func (v *verbsProvider) drain(e *engine, cq *verbs.CQ, max int) int {
 			if p := v.byQPN[wc.QPN]; p != nil {
 				p.oneSided.done++
 			}
+		case wrProbe:
+			v.byIx[i].probing = false
 		}
 	}
 	return n
@@ -583,6 +589,31 @@ func (v *verbsProvider) writeCtl(p *verbsPeer, k int, val uint64) error {
 	return p.qp.PostSend(v.wr[:]...)
 }
 
+// vProbeEvery is how often a waiting process checks that its verbs peers
+// are alive. A dead peer is noticed only by traffic to it failing (RC
+// retransmissions running out); a process that waits for a message, or for
+// a rendezvous FIN, sends nothing — so while it waits it sends each peer
+// an empty RDMA write, which the peer's kernel acknowledges whatever its
+// process is doing. A dead peer is then known within vProbeEvery plus the
+// queue pair's failure bound.
+const vProbeEvery = 100 * time.Millisecond
+
+func (v *verbsProvider) probe(now time.Time) {
+	if now.Sub(v.probed) < vProbeEvery {
+		return
+	}
+	v.probed = now
+	for ix, p := range v.byIx {
+		if p.probing || p.dead || p.qp.State() != verbs.QPRTS {
+			continue
+		}
+		v.wr[0] = verbs.SendWR{ID: wrProbe | uint64(ix), Op: verbs.OpRDMAWrite, Flags: verbs.Signaled, Remote: p.ctl}
+		if p.qp.PostSend(v.wr[:]...) == nil {
+			p.probing = true
+		}
+	}
+}
+
 // readEnded finishes read i with err.
 func (v *verbsProvider) readEnded(e *engine, i int, err error) {
 	rd := v.reads[i]
@@ -595,6 +626,7 @@ func (v *verbsProvider) readEnded(e *engine, i int, err error) {
 
 // fail records that p's queue pair failed with cause.
 func (v *verbsProvider) fail(e *engine, p *verbsPeer, cause error) {
+	p.dead = true
 	if e.failed[p.world] != nil {
 		return
 	}

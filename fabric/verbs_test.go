@@ -1,9 +1,17 @@
 package fabric
 
 import (
+	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
@@ -36,6 +44,192 @@ func TestVerbsPointToPoint(t *testing.T) {
 					_ = out
 				})
 			}
+		}
+	}
+}
+
+func init() {
+	progs["mixed"] = progMixed
+	preInit["mixed"] = twoNodes
+	progs["vkill"] = progVerbsKill
+	preInit["vkill"] = func() {
+		twoNodes()
+		// Only the fabric's own means may notice the failure: no
+		// launcher notices.
+		os.Unsetenv("RIVET_FT_FD")
+	}
+	progs["flood"] = progFlood
+}
+
+// twoNodes puts ranks 0 and 1 on node "a" and the others on node "b".
+func twoNodes() {
+	r, _ := strconv.Atoi(os.Getenv("PMI_RANK"))
+	node := "a"
+	if r >= 2 {
+		node = "b"
+	}
+	os.Setenv("RIVET_NODE", node)
+}
+
+// progMixed: a job on two nodes — shared memory within each, verbs
+// between them — runs the point-to-point programs.
+func progMixed(ctx context.Context, ep *Endpoint) error {
+	me := ep.World().Rank()
+	for r := 0; r < 4; r++ {
+		want := "verbs"
+		switch {
+		case r == me:
+			want = "self"
+		case r/2 == me/2:
+			want = "shm"
+		}
+		if got := ep.Provider(r); got != want {
+			failf("rank %d reaches rank %d over %q, want %q", me, r, got, want)
+		}
+	}
+	for _, p := range []func(context.Context, *Endpoint) error{progSizes, progOrder, progMany} {
+		if err := p(ctx, ep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestVerbsMixedJob(t *testing.T) {
+	testutil.RXEDevices(t)
+	out := runOK(t, 4, "mixed")
+	t.Log(strings.Count(out, "ok"), "ranks ok")
+}
+
+// progVerbsKill: rank 2 (node b) is SIGKILLed while rank 0 (node a)
+// streams rendezvous messages to it and ranks 1 and 3 wait for a message
+// from it. Nothing but the verbs provider tells ranks 0 and 1 (no pidfd:
+// another node; no launcher notice); rank 3, on rank 2's node, sees its
+// pidfd.
+func progVerbsKill(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	msg := make([]byte, 256<<10)
+	switch w.Rank() {
+	case 2:
+		for i := 0; ; i++ {
+			if _, err := w.Recv(ctx, msg, 0, 1); err != nil {
+				return err
+			}
+			if i == 3 {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+	case 0:
+		var last time.Time
+		for {
+			if err := w.Send(ctx, msg, 2, 1); err != nil {
+				took := time.Since(last)
+				var pe *PeerError
+				if !errors.Is(err, ErrProcFailed) || !errors.As(err, &pe) || pe.WorldRank != 2 {
+					failf("send to the killed rank: %v", err)
+				}
+				bound := ep.verbs.failureBound() + vProbeEvery
+				fmt.Printf("send failed %v after the last one completed (bound %v): %v\n", took.Round(time.Millisecond), bound, err)
+				if took > bound+500*time.Millisecond {
+					failf("the failure took %v, beyond the bound %v", took, bound)
+				}
+				break
+			}
+			last = time.Now()
+		}
+	case 1, 3:
+		start := time.Now()
+		_, err := w.Recv(ctx, msg, 2, 7)
+		if !errors.Is(err, ErrProcFailed) {
+			failf("receive from the killed rank: %v", err)
+		}
+		fmt.Printf("receive failed after %v: %v\n", time.Since(start).Round(time.Millisecond), err)
+	}
+	// The survivors still talk, over shm (0-1) and verbs (0-3, 1-3).
+	got := make([]byte, 1)
+	for _, peer := range []int{0, 1, 3} {
+		if peer == w.Rank() {
+			continue
+		}
+		if _, err := w.Sendrecv(ctx, []byte{byte(w.Rank())}, peer, 9, got, peer, 9); err != nil || int(got[0]) != peer {
+			failf("survivors %d and %d: %v", w.Rank(), peer, err)
+		}
+	}
+	return nil
+}
+
+func TestVerbsPeerKilled(t *testing.T) {
+	testutil.RXEDevices(t)
+	out, errs, st := runJob(t, 4, "vkill", true)
+	if st != 128+9 {
+		t.Fatalf("status %d, want 137 (rank 2 killed)\n%s\n%s", st, out, errs)
+	}
+	for _, r := range []int{0, 1, 3} {
+		if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+			t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "failed") {
+			t.Log(l)
+		}
+	}
+}
+
+// progFlood: ranks 1-3 each send 20000 small messages to rank 0, which
+// sleeps before receiving any: the senders must wait for credits rather
+// than overrun rank 0's receive buffers.
+func progFlood(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	const each = 20000
+	if w.Rank() != 0 {
+		var b [8]byte
+		for i := 0; i < each; i++ {
+			binary.LittleEndian.PutUint64(b[:], uint64(i))
+			must(w.Send(ctx, b[:], 0, 4), "send")
+		}
+		return nil
+	}
+	time.Sleep(time.Second)
+	next := make([]uint64, w.Size())
+	var b [8]byte
+	for i := 0; i < each*(w.Size()-1); i++ {
+		st, err := w.Recv(ctx, b[:], AnySource, 4)
+		must(err, "recv")
+		if v := binary.LittleEndian.Uint64(b[:]); v != next[st.Source] {
+			failf("message %d from rank %d, want %d", v, st.Source, next[st.Source])
+		}
+		next[st.Source]++
+	}
+	return nil
+}
+
+// rxeCounter reads one of a device's port counters.
+func rxeCounter(t *testing.T, dev, name string) int64 {
+	b, err := os.ReadFile(filepath.Join("/sys/class/infiniband", dev, "ports/1/hw_counters", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestVerbsFlood(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	counters := []string{"send_rnr_err", "rcvd_rnr_err", "retry_rnr_exceeded_err", "retry_exceeded_err"}
+	before := map[string]int64{}
+	for _, c := range counters {
+		before[c] = rxeCounter(t, devs[0], c)
+	}
+	start := time.Now()
+	runOK(t, 4, "flood", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0])
+	t.Logf("60000 messages from 3 senders in %v", time.Since(start).Round(time.Millisecond))
+	for _, c := range counters {
+		if d := rxeCounter(t, devs[0], c) - before[c]; d != 0 {
+			t.Errorf("%s went up by %d: the flood overran the receiver", c, d)
 		}
 	}
 }
