@@ -38,16 +38,17 @@ import (
 // and every other peer carries on.
 
 const (
-	vHdr       = 48       // frame header on the wire
-	vEager     = 8 << 10  // largest eager payload
-	vCredits   = 64       // receive buffers per peer
-	vSendSlots = 128      // staging slots for sends that are not inline
-	vInline    = 256      // QP inline capacity; frames up to it go inline
-	vSQ        = 512      // send queue depth per peer
-	vStageKeep = 64 << 20 // staging memory kept for reuse
-	vCtlWords  = 2        // per world rank: credits from it, its goodbye
-	vMaxReads  = 256      // rendezvous reads in flight
-	vFailWait  = time.Second
+	vHdr         = 48       // frame header on the wire
+	vEager       = 8 << 10  // largest eager payload
+	vCredits     = 64       // receive buffers per peer
+	vSendSlots   = 128      // staging slots for sends that are not inline
+	vInline      = 256      // QP inline capacity; frames up to it go inline
+	vSQ          = 512      // send queue depth per peer
+	vStageKeep   = 64 << 20 // staging memory kept for reuse
+	vCtlWords    = 2        // per world rank: credits from it, its goodbye
+	vMaxReads    = 256      // rendezvous reads in flight
+	vMaxOneSided = 1024     // one-sided operations in flight
+	vFailWait    = time.Second
 )
 
 // vSlotSize is a buffer for a header and an eager payload, in whole
@@ -99,7 +100,9 @@ type verbsProvider struct {
 	maxMsg  int          // the port's largest message
 	peers   []*verbsPeer // by world rank; nil for peers reached otherwise
 	byQPN   map[uint32]*verbsPeer
-	next    int // the peer whose receives the next poll looks at first
+	self    *verbsPeer // a loopback queue pair, for one-sided operations on this process's own memory
+	selfT   *verbs.QP  // its target end
+	next    int        // the peer whose receives the next poll looks at first
 	probed  time.Time
 	byIx    []*verbsPeer // verbs peers in world-rank order; peer ix has receive slots [ix*vCredits, (ix+1)*vCredits)
 	recv    *verbs.MR
@@ -115,10 +118,14 @@ type verbsProvider struct {
 	stages    [64][]*verbs.MR // free staging buffers by size class
 	kept      int
 	dead      []peerFault // failures noticed outside a poll
-	wcs       [32]verbs.WorkCompletion
-	sge       [1]verbs.SGE
-	wr        [1]verbs.SendWR
-	pl        payload
+
+	oneSided     []vOneSided // one-sided operations in flight
+	freeOneSided []int
+	atoms        *verbs.MR // an 8-byte result slot per entry of oneSided
+	wcs          [32]verbs.WorkCompletion
+	sge          [1]verbs.SGE
+	wr           [1]verbs.SendWR
+	pl           payload
 }
 
 type peerFault struct {
@@ -130,7 +137,8 @@ type peerFault struct {
 // queue pair for each world rank in peers.
 func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry) (_ *verbsProvider, err error) {
 	v := &verbsProvider{me: me, peers: make([]*verbsPeer, size), byQPN: map[uint32]*verbsPeer{},
-		staged: map[uint64]*verbs.MR{}, mem: mem, reads: make([]vRead, 0, vMaxReads)}
+		staged: map[uint64]*verbs.MR{}, mem: mem, reads: make([]vRead, 0, vMaxReads),
+		oneSided: make([]vOneSided, 0, vMaxOneSided)}
 	defer func() {
 		if err != nil {
 			v.close()
@@ -150,7 +158,7 @@ func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry
 	if v.pd, err = v.dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
 	}
-	cqe := len(peers)*vSQ + vSendSlots + vMaxReads
+	cqe := len(peers)*vSQ + vSendSlots + vMaxReads + vMaxOneSided
 	if max := v.dev.Attr().MaxCQE; max > 0 && cqe > max {
 		return nil, fmt.Errorf("fabric: verbs provider: %d peers need %d completion queue entries, %s has %d", len(peers), cqe, v.dev.Name(), max)
 	}
@@ -165,6 +173,9 @@ func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry
 	}
 	if v.ctl, err = v.pd.Alloc((size*vCtlWords+1)*8, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: control words: %w", err)
+	}
+	if v.atoms, err = v.pd.Alloc(vMaxOneSided*8, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: atomic results: %w", err)
 	}
 	for i := vSendSlots - 1; i >= 0; i-- {
 		v.free = append(v.free, i)
@@ -188,7 +199,31 @@ func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry
 			}
 		}
 	}
+	if err := v.loopback(); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// loopback connects a pair of queue pairs of this process to each other.
+func (v *verbsProvider) loopback() error {
+	cfg := verbs.QPConfig{SendCQ: v.cq, RecvCQ: v.cq, MaxSendWR: vSQ, MaxRecvWR: 1}
+	a, err := v.pd.NewQP(cfg)
+	if err != nil {
+		return fmt.Errorf("fabric: verbs provider: loopback queue pair: %w", err)
+	}
+	v.self = &verbsPeer{world: v.me, qp: a}
+	v.byQPN[a.QPN()] = v.self
+	if v.selfT, err = v.pd.NewQP(cfg); err != nil {
+		return fmt.Errorf("fabric: verbs provider: loopback queue pair: %w", err)
+	}
+	if err := a.Connect(v.selfT.Endpoint(v.gid), verbs.ConnectConfig{GIDIndex: -1}); err != nil {
+		return fmt.Errorf("fabric: verbs provider: loopback: %w", err)
+	}
+	if err := v.selfT.Connect(a.Endpoint(v.gid), verbs.ConnectConfig{GIDIndex: -1}); err != nil {
+		return fmt.Errorf("fabric: verbs provider: loopback: %w", err)
+	}
+	return nil
 }
 
 // roceGID is the device's first RoCE v2 GID on port 1, IPv4 preferred.
@@ -509,6 +544,7 @@ func (v *verbsProvider) drain(e *engine, cq *verbs.CQ, max int) int {
 				if p := v.byQPN[wc.QPN]; p != nil {
 					p.oneSided.fail(wc.Err())
 				}
+				v.oneSidedDone(i, false)
 			}
 			if p := v.byQPN[wc.QPN]; p != nil {
 				v.fail(e, p, wc.Err())
@@ -526,6 +562,7 @@ func (v *verbsProvider) drain(e *engine, cq *verbs.CQ, max int) int {
 			if p := v.byQPN[wc.QPN]; p != nil {
 				p.oneSided.done++
 			}
+			v.oneSidedDone(i, true)
 		case wrProbe:
 			v.byIx[i].probing = false
 		}
@@ -666,6 +703,12 @@ func (v *verbsProvider) goodbye() {
 }
 
 func (v *verbsProvider) close() error {
+	if v.self != nil {
+		v.self.qp.Close()
+	}
+	if v.selfT != nil {
+		v.selfT.Close()
+	}
 	for _, p := range v.byIx {
 		if p.qp != nil {
 			p.qp.Close()
@@ -682,6 +725,11 @@ func (v *verbsProvider) close() error {
 			rd.stage.Close()
 		}
 	}
+	for _, o := range v.oneSided {
+		if o.stage != nil {
+			o.stage.Close()
+		}
+	}
 	for _, l := range v.stages {
 		for _, mr := range l {
 			mr.Close()
@@ -690,7 +738,7 @@ func (v *verbsProvider) close() error {
 	if v.mem != nil {
 		v.mem.deregister()
 	}
-	for _, mr := range []*verbs.MR{v.recv, v.sendBuf, v.ctl} {
+	for _, mr := range []*verbs.MR{v.recv, v.sendBuf, v.ctl, v.atoms} {
 		if mr != nil {
 			mr.Close()
 		}
