@@ -37,11 +37,12 @@ type Endpoint struct {
 	node  []int // world ranks on this node
 	local []int // world ranks sharing memory through shm (empty without shm)
 
-	createMu sync.Mutex // communicator creation, one at a time
-	idMu     sync.Mutex
-	ids      idMask
-	closed   atomic.Bool
-	ftFile   *os.File
+	createMu   sync.Mutex // communicator creation, one at a time
+	idMu       sync.Mutex
+	ids        idMask
+	closed     atomic.Bool
+	ftFile     *os.File
+	stopEvents func() // ends watchVerbs
 }
 
 // Init joins the job this process was started in (see DetectBootstrap)
@@ -243,6 +244,14 @@ func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 		ep.e.route[r] = v
 	}
 	ep.e.provs = append(ep.e.provs, v)
+	evctx, cancel := context.WithCancel(context.Background())
+	events, err := v.dev.Events(evctx)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("fabric: verbs provider: %w", err)
+	}
+	ep.stopEvents = cancel
+	go ep.watchVerbs(events)
 	if err := b.Put(ctx, "verbs-up", []byte{1}); err != nil {
 		return err
 	}
@@ -355,6 +364,9 @@ func (ep *Endpoint) Close() error {
 	}
 	ep.e.closed = true
 	ep.e.mu.Unlock()
+	if ep.stopEvents != nil {
+		ep.stopEvents()
+	}
 	ep.closeProviders()
 	if ep.ftFile != nil {
 		ep.ftFile.Close()
@@ -372,6 +384,9 @@ func (ep *Endpoint) closeProviders() {
 		ep.shm.close()
 	}
 	if ep.verbs != nil {
+		if ep.stopEvents != nil {
+			ep.stopEvents()
+		}
 		ep.verbs.close()
 		ep.verbs = nil
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/hw"
 )
 
 // health watches the processes on this node through pidfds: a pidfd
@@ -120,4 +122,58 @@ func exitText(status int) string {
 		return fmt.Sprintf("was killed by signal %d", status-128)
 	}
 	return fmt.Sprintf("exited with status %d", status)
+}
+
+// watchVerbs turns the verbs device's async events into per-peer health:
+// a queue pair's error fails that peer, a fatal device error every peer
+// reached through it, and a port going down (or up) makes every verbs
+// peer suspect (or not) — see Health.
+func (ep *Endpoint) watchVerbs(events <-chan hw.Event) {
+	e := ep.e
+	for ev := range events {
+		e.mu.Lock()
+		v := ep.verbs
+		if v == nil {
+			e.mu.Unlock()
+			continue
+		}
+		switch ev.Kind {
+		case hw.EventQPError:
+			if p := v.byQPN[ev.QPN]; p != nil && p != v.self {
+				v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("async event %v", ev)})
+			}
+		case hw.EventDeviceFatal:
+			for _, p := range v.byIx {
+				v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("async event %v", ev)})
+			}
+		case hw.EventPortDown:
+			v.portDown = fmt.Errorf("%w: %s port %d is down (%v)", ErrNoRoute, v.dev.Name(), ev.Port, ev.State)
+		case hw.EventPortActive:
+			v.portDown = nil
+		}
+		e.mu.Unlock()
+	}
+}
+
+// Health reports what this process knows of world rank r: nil while
+// nothing is wrong; the failure (or clean exit) once r is known to be
+// gone, as Failed reports it; or, for a peer reached over verbs while the
+// device's port is down, an error wrapping ErrNoRoute — a suspicion, not
+// a failure: if the port comes back within the queue pair's failure
+// bound, traffic resumes. This is the per-peer signal a failure detector
+// consumes.
+func (ep *Endpoint) Health(r int) error {
+	if r < 0 || r >= ep.size {
+		return fmt.Errorf("%w: world rank %d of %d", ErrRank, r, ep.size)
+	}
+	e := ep.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.failed[r]; err != nil {
+		return err
+	}
+	if v := ep.verbs; v != nil && e.route[r] == v && v.portDown != nil {
+		return v.portDown
+	}
+	return nil
 }

@@ -118,6 +118,7 @@ type verbsProvider struct {
 	stages    [64][]*verbs.MR // free staging buffers by size class
 	kept      int
 	dead      []peerFault // failures noticed outside a poll
+	portDown  error       // set while the port is down
 
 	oneSided     []vOneSided // one-sided operations in flight
 	freeOneSided []int

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -232,4 +233,66 @@ func TestVerbsFlood(t *testing.T) {
 			t.Errorf("%s went up by %d: the flood overran the receiver", c, d)
 		}
 	}
+}
+
+func init() { progs["portdown"] = progPortDown }
+
+// progPortDown: rank 0 takes its device's netdev down and up again; both
+// ranks see their peer suspect (Health wraps ErrNoRoute) and then healthy
+// again, and still talk. Rank 1 stays out of the fabric meanwhile (its
+// probes would fail while the link is down) until rank 0 leaves a flag
+// file.
+func progPortDown(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	flag := os.Getenv("PORTDOWN_FLAG")
+	waitHealth := func(peer int, down bool) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := ep.Health(peer)
+			if down == errors.Is(err, ErrNoRoute) {
+				fmt.Printf("rank %d: health of %d: %v\n", w.Rank(), peer, err)
+				return
+			}
+			if time.Now().After(deadline) {
+				failf("health of rank %d stayed %v", peer, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if w.Rank() == 0 {
+		netdev := ep.verbs.dev.Device().Parent
+		ip := func(state string) {
+			if out, err := exec.Command("ip", "link", "set", netdev, state).CombinedOutput(); err != nil {
+				failf("ip link set %s %s: %v\n%s", netdev, state, err, out)
+			}
+		}
+		ip("down")
+		waitHealth(1, true)
+		ip("up")
+		waitHealth(1, false)
+		must(os.WriteFile(flag, nil, 0o600), "flag")
+	} else {
+		for {
+			if _, err := os.Stat(flag); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := ep.Health(0); err != nil {
+			failf("health of rank 0 after the port came back: %v", err)
+		}
+	}
+	got := make([]byte, 1)
+	peer := 1 - w.Rank()
+	if _, err := w.Sendrecv(ctx, []byte{byte(w.Rank())}, peer, 9, got, peer, 9); err != nil || int(got[0]) != peer {
+		failf("after the port came back: %v", err)
+	}
+	return nil
+}
+
+func TestVerbsPortDown(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	out := runOK(t, 2, "portdown", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0],
+		"PORTDOWN_FLAG="+filepath.Join(t.TempDir(), "flag"))
+	t.Log(out)
 }
