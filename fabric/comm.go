@@ -40,6 +40,9 @@ type Comm struct {
 	spare   atomic.Pointer[Schedule] // the last finished schedule, for the next
 }
 
+// Endpoint returns the endpoint c belongs to.
+func (c *Comm) Endpoint() *Endpoint { return c.ep }
+
 func newComm(ep *Endpoint, id uint32, ranks []int) *Comm {
 	c := &Comm{ep: ep, e: ep.e, id: id, ranks: ranks, index: make([]int, ep.size), rank: -1}
 	for i := range c.index {

@@ -330,6 +330,15 @@ func (ep *Endpoint) Provider(r int) string {
 	return ep.e.route[r].name()
 }
 
+// Device names the RDMA device the verbs provider uses, or "" when this
+// process reaches no peer over verbs.
+func (ep *Endpoint) Device() string {
+	if ep.verbs == nil {
+		return ""
+	}
+	return ep.verbs.dev.Name()
+}
+
 // Failed returns the world ranks this process knows to have failed.
 func (ep *Endpoint) Failed() []int {
 	ep.e.mu.Lock()

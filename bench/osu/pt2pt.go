@@ -21,8 +21,19 @@ func (b Benchmark) Run(ctx context.Context, c *fabric.Comm, o Options, w io.Writ
 	if c.Rank() > 1 {
 		return nil
 	}
-	sbuf := make([]byte, o.MaxSize)
-	rbuf := make([]byte, o.MaxSize)
+	// Like OSU's buffers, which MPI libraries register once and cache,
+	// these come from AllocMem, which RDMA providers move in place.
+	ep := c.Endpoint()
+	sbuf, err := ep.AllocMem(max(o.MaxSize, 1))
+	if err != nil {
+		return err
+	}
+	defer ep.FreeMem(sbuf)
+	rbuf, err := ep.AllocMem(max(o.MaxSize, 1))
+	if err != nil {
+		return err
+	}
+	defer ep.FreeMem(rbuf)
 	for i := range sbuf {
 		sbuf[i] = 'a'
 	}

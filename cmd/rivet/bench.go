@@ -94,7 +94,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	if w.Rank() == 0 {
-		fmt.Fprintf(stderr, "# rivet: %d ranks (%s); rank 1 over %s\n", w.Size(), ep.Launcher(), ep.Provider(1))
+		over := ep.Provider(1)
+		if over == "verbs" {
+			over += " (" + ep.Device() + ")"
+		}
+		fmt.Fprintf(stderr, "# rivet: %d ranks (%s); rank 1 over %s\n", w.Size(), ep.Launcher(), over)
 	}
 	for _, run := range runs {
 		if err := run(ctx, w); err != nil {

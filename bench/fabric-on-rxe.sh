@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs the fabric over soft-RoCE side by side with its references, in one
+# VM run, and prints the ratios:
+#   - Rivet's osu_latency and osu_bw over the verbs provider (2 ranks,
+#     RIVET_PROVIDER=verbs, one rxe device, loopback RC);
+#   - the raw verbs figures on the same device: `rivet perf send_lat` and
+#     `rivet perf write_bw` (perftest's loops, measured in the issue-3 work
+#     at 1.0–1.1× perftest itself);
+#   - Debian's Open MPI over UCX (rc_verbs) running the same OSU loops in C
+#     (bench/ompi/osu.c), with the settings ../shared/design/peers-on-rxe.md
+#     found to work.
+#
+#   bash bench/fabric-on-rxe.sh          # ROUNDS=5 rounds; medians
+#
+# On the host it builds everything and re-runs itself inside rxevm.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${ROUNDS:-5}
+
+if [ "${1:-}" != "--in-vm" ]; then
+	out=$(mktemp -d /tmp/fabric-on-rxe.XXXXXX)
+	trap 'rm -rf "$out"' EXIT
+	CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
+	go build -o "$out/rivet" ./cmd/rivet
+	go build -o "$out/rivetrun" ./cmd/rivetrun
+	mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c
+	exec "$out/rxevm" -q -topology rxe -timeout 40m env BIN="$out" ROUNDS="$rounds" bash "$0" --in-vm
+fi
+
+hostname rivet-vm # mpirun refuses to start while the hostname is "(none)"
+dev=rxe0
+gid=
+for ((i = 0; i < 16; i++)); do # the IPv4-mapped RoCE v2 GID
+	p=/sys/class/infiniband/$dev/ports/1
+	if [ "$(cat $p/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ]; then
+		case $(cat $p/gids/$i) in 0000:0000:0000:0000:0000:ffff:*) gid=$i; break ;; esac
+	fi
+done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+w=$(mktemp -d)
+
+rivet() { RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 "$BIN/rivet" bench "$@" 2>/dev/null; }
+ompi() {
+	timeout 300 mpirun.openmpi -n 2 --oversubscribe --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+		--mca btl ^openib,uct -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=$dev:1 -x UCX_IB_GID_INDEX=0 \
+		"$BIN/ompi_osu" "$@" 2>/dev/null
+}
+# perf TEST SIZE ITERS COLUMN: one `rivet perf` client row's column
+perf() {
+	local port=$((18800 + RANDOM % 1000))
+	"$BIN/rivet" perf "$1" -d $dev -x "$gid" -s "$2" -n "$3" -p $port >/dev/null 2>&1 &
+	local spid=$!
+	sleep 1
+	timeout 120 "$BIN/rivet" perf "$1" -d $dev -x "$gid" -s "$2" -n "$3" -p $port 127.0.0.1 2>&1 |
+		grep -E '^ +[0-9]' | tail -1 | awk -v c="$4" '{print $c}'
+	wait $spid || true
+}
+row() { grep -E '^[0-9]' | awk '{print $2}' | tail -1; }
+
+for ((r = 0; r < rounds; r++)); do
+	rivet osu_latency -m 8:8 -i 5000 -x 500 | row >>"$w/rl"
+	rivet osu_bw -m 1048576:1048576 -i 10 -x 2 | row >>"$w/rb"
+	perf send_lat 8 5000 5 >>"$w/pl"      # t_typical
+	perf write_bw 1048576 500 4 >>"$w/pb" # BW average (MB/s)
+	ompi latency -m 8:8 -i 5000 -x 500 | row >>"$w/ol"
+	ompi bw -m 1048576:1048576 -i 10 -x 2 | row >>"$w/ob"
+done
+
+median() { sort -g "$1" | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print v[int((NR+1)/2)]}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "nan"}'; }
+rl=$(median "$w/rl") rb=$(median "$w/rb") pl=$(median "$w/pl") pb=$(median "$w/pb") ol=$(median "$w/ol") ob=$(median "$w/ob")
+echo "# fabric over soft-RoCE ($dev, loopback RC), 2 ranks, $rounds rounds, medians; $(nproc) vCPUs, kernel $(uname -r)"
+echo "| measure | rivet osu | raw verbs (rivet perf) | ratio | Open MPI + UCX | ratio |"
+echo "|---|---|---|---|---|---|"
+echo "| osu_latency 8 B (µs) vs send_lat | $rl | $pl | $(ratio "$rl" "$pl") | $ol | $(ratio "$rl" "$ol") |"
+echo "| osu_bw 1 MiB (MB/s) vs write_bw | $rb | $pb | $(ratio "$rb" "$pb") | $ob | $(ratio "$rb" "$ob") |"
+echo "raw per round: rivet lat $(tr '\n' ' ' <"$w/rl")| send_lat $(tr '\n' ' ' <"$w/pl")| ompi lat $(tr '\n' ' ' <"$w/ol")"
+echo "raw per round: rivet bw $(tr '\n' ' ' <"$w/rb")| write_bw $(tr '\n' ' ' <"$w/pb")| ompi bw $(tr '\n' ' ' <"$w/ob")"
