@@ -645,6 +645,11 @@ func (v *verbsProvider) probe(now time.Time) {
 		if p.probing || p.dead || p.qp.State() != verbs.QPRTS {
 			continue
 		}
+		if v.closed(p.world) {
+			// It said goodbye: gone on purpose, and nothing to probe.
+			v.dead = append(v.dead, peerFault{p.world, errors.New("goodbye received")})
+			continue
+		}
 		v.wr[0] = verbs.SendWR{ID: wrProbe | uint64(ix), Op: verbs.OpRDMAWrite, Flags: verbs.Signaled, Remote: p.ctl}
 		if p.qp.PostSend(v.wr[:]...) == nil {
 			p.probing = true

@@ -220,7 +220,10 @@ func rxeCounter(t *testing.T, dev, name string) int64 {
 
 func TestVerbsFlood(t *testing.T) {
 	devs := testutil.RXEDevices(t)
-	counters := []string{"send_rnr_err", "rcvd_rnr_err", "retry_rnr_exceeded_err", "retry_exceeded_err"}
+	// Receiver-not-ready NAKs sent and received, and RNR retries run out.
+	// (Not transport retries: a sender that exits while rank 0 probes it
+	// may legitimately cost one.)
+	counters := []string{"send_rnr_err", "rcvd_rnr_err", "retry_rnr_exceeded_err"}
 	before := map[string]int64{}
 	for _, c := range counters {
 		before[c] = rxeCounter(t, devs[0], c)
