@@ -492,11 +492,6 @@ func (v *verbsProvider) putStage(mr *verbs.MR) {
 }
 
 func (v *verbsProvider) poll(e *engine, budget int) int {
-	for len(v.dead) > 0 {
-		f := v.dead[0]
-		v.dead = v.dead[1:]
-		v.fail(e, v.peers[f.peer], f.cause)
-	}
 	for len(v.deferred) > 0 {
 		i := v.deferred[0]
 		if err := v.peers[v.reads[i].peer].qp.PostSend(v.reads[i].wrs...); err != nil {
@@ -523,6 +518,18 @@ func (v *verbsProvider) poll(e *engine, budget int) int {
 		}
 		got += v.drain(e, v.byIx[i].rcq, min(8, budget-got))
 	}
+	// Failures last, and each only once the peer's frames that arrived
+	// before it are delivered: what a peer sent before it died (or said
+	// goodbye) still counts.
+	for len(v.dead) > 0 {
+		f := v.dead[0]
+		v.dead = v.dead[1:]
+		p := v.peers[f.peer]
+		for v.drain(e, p.rcq, len(v.wcs)) > 0 {
+		}
+		v.fail(e, p, f.cause)
+		got++
+	}
 	return got
 }
 
@@ -547,8 +554,9 @@ func (v *verbsProvider) drain(e *engine, cq *verbs.CQ, max int) int {
 				}
 				v.oneSidedDone(i, false)
 			}
-			if p := v.byQPN[wc.QPN]; p != nil {
-				v.fail(e, p, wc.Err())
+			if p := v.byQPN[wc.QPN]; p != nil && p != v.self && !p.dead {
+				p.dead = true // one report is enough; the QP is in error now
+				v.dead = append(v.dead, peerFault{p.world, wc.Err()})
 			}
 			continue
 		}
