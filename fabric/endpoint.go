@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -80,6 +81,9 @@ func InitWith(ctx context.Context, b Bootstrap, opts ...Option) (*Endpoint, erro
 	if err := ep.connect(ctx); err != nil {
 		ep.closeProviders()
 		return nil, err
+	}
+	if os.Getenv("RIVET_VERBOSE") == "1" {
+		ep.logRoutes(os.Stderr)
 	}
 	ep.world = newComm(ep, 0, allRanks(ep.size))
 	ep.self = newComm(ep, 1, []int{ep.rank})
@@ -291,6 +295,29 @@ func (ep *Endpoint) unlinkWhenMapped(ctx context.Context) error {
 	}
 	ep.shm.unlink()
 	return nil
+}
+
+// logRoutes says how this process reaches each peer, grouping ranks by
+// provider: "rivet: rank 0 (pmi-2): self 0; shm 1; verbs(rxe0) 2-3".
+func (ep *Endpoint) logRoutes(w io.Writer) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rivet: rank %d (%s):", ep.rank, ep.boot.Launcher())
+	for r := 0; r < ep.size; {
+		name := ep.Provider(r)
+		if name == "verbs" {
+			name += "(" + ep.Device() + ")"
+		}
+		lo := r
+		for r < ep.size && ep.Provider(r) == ep.Provider(lo) {
+			r++
+		}
+		if r-1 == lo {
+			fmt.Fprintf(&b, " %s %d;", name, lo)
+		} else {
+			fmt.Fprintf(&b, " %s %d-%d;", name, lo, r-1)
+		}
+	}
+	fmt.Fprintln(w, strings.TrimSuffix(b.String(), ";"))
 }
 
 // segmentPrefix starts every segment name of a job with the same prefix,

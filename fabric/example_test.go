@@ -52,3 +52,60 @@ func ExampleWaitAll() {
 	fmt.Println(in, fabric.Count[float64](sts[0]), reqs[0].IsNull())
 	// Output: [1.5 2.5 3.5] 3 true
 }
+
+// One-sided operations: a process exposes memory from AllocMem, a peer
+// writes into it and adds to a counter in it, and Flush completes both.
+// (It needs peers reached over verbs: run it under rivetrun with
+// RIVET_PROVIDER=verbs on an RDMA device.)
+func ExampleEndpoint_Put() {
+	ctx := context.Background()
+	ep, err := fabric.Init(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ep.Close()
+	w := ep.World()
+
+	mem, err := ep.AllocMem(4096)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ep.FreeMem(mem)
+	if w.Rank() == 0 {
+		key, err := ep.Expose(mem)
+		if err != nil {
+			log.Fatal(err)
+		}
+		b, _ := key.MarshalBinary()
+		if err := w.Send(ctx, b, 1, 0); err != nil {
+			log.Fatal(err)
+		}
+		// Rank 1 says when it is done.
+		if _, err := w.Recv(ctx, nil, 1, 1); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%q, counter %d\n", mem[8:13], mem[0])
+	} else if w.Rank() == 1 {
+		b := make([]byte, fabric.RemoteMemSize)
+		if _, err := w.Recv(ctx, b, 0, 0); err != nil {
+			log.Fatal(err)
+		}
+		var key fabric.RemoteMem
+		if err := key.UnmarshalBinary(b); err != nil {
+			log.Fatal(err)
+		}
+		var old uint64
+		if err := ep.Put(ctx, 0, key, 8, []byte("hello")); err != nil {
+			log.Fatal(err)
+		}
+		if err := ep.FetchAndAdd(ctx, 0, key, 0, 1, &old); err != nil {
+			log.Fatal(err)
+		}
+		if err := ep.Flush(ctx, 0); err != nil {
+			log.Fatal(err)
+		}
+		if err := w.Send(ctx, nil, 0, 1); err != nil {
+			log.Fatal(err)
+		}
+	}
+}

@@ -88,6 +88,11 @@ func progMixed(ctx context.Context, ep *Endpoint) error {
 			failf("rank %d reaches rank %d over %q, want %q", me, r, got, want)
 		}
 	}
+	var log strings.Builder
+	ep.logRoutes(&log)
+	if want := "self 0; shm 1; verbs(" + ep.Device() + ") 2-3"; me == 0 && !strings.HasSuffix(strings.TrimSpace(log.String()), want) {
+		failf("RIVET_VERBOSE's line %q does not end in %q", log.String(), want)
+	}
 	for _, p := range []func(context.Context, *Endpoint) error{progSizes, progOrder, progMany} {
 		if err := p(ctx, ep); err != nil {
 			return err
