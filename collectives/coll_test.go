@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/jobtest"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 const progEnv = "RIVET_COLL_TEST_PROG"
@@ -402,5 +404,17 @@ func init() { progs["all"] = progAll }
 func TestEveryCollective(t *testing.T) {
 	for _, n := range []int{2, 3, 4, 7, 8} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) { runOK(t, n, "all") })
+	}
+}
+
+// TestOverVerbs runs every collective with every algorithm over the verbs
+// provider (all peers over RDMA), on a size that is a power of two and
+// one that is not.
+func TestOverVerbs(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	for _, n := range []int{3, 4} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			runOK(t, n, "all", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+strings.Join(devs, ","))
+		})
 	}
 }
