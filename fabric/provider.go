@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"encoding/binary"
 	"slices"
 	"time"
 )
@@ -64,6 +65,34 @@ type hdr struct {
 	id   uint64 // rendezvous: the sender's request id
 	addr uint64 // rendezvous: the message's address in the sender
 	key  uint32 // rendezvous: the key that grants access to it (verbs: rkey)
+}
+
+// hdrWire is the length of a header's wire form (without key), which
+// both providers put in front of a frame's payload.
+const hdrWire = 40
+
+// put writes h's wire form into b, with addr for h.addr.
+func (h *hdr) put(b []byte, addr uint64) {
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], h.kind)
+	le.PutUint32(b[4:], h.ctx)
+	le.PutUint32(b[8:], uint32(h.src))
+	le.PutUint32(b[12:], uint32(h.tag))
+	le.PutUint64(b[16:], h.size)
+	le.PutUint64(b[24:], h.id)
+	le.PutUint64(b[32:], addr)
+}
+
+// get reads h from its wire form in b.
+func (h *hdr) get(b []byte) {
+	le := binary.LittleEndian
+	h.kind = le.Uint32(b[0:])
+	h.ctx = le.Uint32(b[4:])
+	h.src = int32(le.Uint32(b[8:]))
+	h.tag = int32(le.Uint32(b[12:]))
+	h.size = le.Uint64(b[16:])
+	h.id = le.Uint64(b[24:])
+	h.addr = le.Uint64(b[32:])
 }
 
 // payload is an arrived frame's payload: contiguous (flat), or n bytes

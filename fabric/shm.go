@@ -216,14 +216,7 @@ func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 		}
 	}
 	c := o.ring.cell(o.tail, s.cells)
-	le := binary.LittleEndian
-	le.PutUint32(c[8:], h.kind)
-	le.PutUint32(c[12:], h.ctx)
-	le.PutUint32(c[16:], uint32(h.src))
-	le.PutUint32(c[20:], uint32(h.tag))
-	le.PutUint64(c[24:], h.size)
-	le.PutUint64(c[32:], h.id)
-	le.PutUint64(c[40:], h.addr)
+	h.put(c[8:], h.addr)
 	// The payload follows the header, straight across cell boundaries
 	// (and around the ring's end).
 	off := int(o.tail%n)*shmCellSize + shmCellHeader
@@ -245,7 +238,6 @@ func (s *shmProvider) poll(e *engine, budget int) int {
 	if s.next >= n {
 		s.next = 0
 	}
-	le := binary.LittleEndian
 	var h hdr
 	for k := 0; k < n && got < budget; k++ {
 		i := start + k
@@ -260,13 +252,7 @@ func (s *shmProvider) poll(e *engine, budget int) int {
 			if atomic.LoadUint64(word(c, 0)) != in.head+1 {
 				break
 			}
-			h.kind = le.Uint32(c[8:])
-			h.ctx = le.Uint32(c[12:])
-			h.src = int32(le.Uint32(c[16:]))
-			h.tag = int32(le.Uint32(c[20:]))
-			h.size = le.Uint64(c[24:])
-			h.id = le.Uint64(c[32:])
-			h.addr = le.Uint64(c[40:])
+			h.get(c[8:])
 			cells := 1
 			s.pl = payload{}
 			if h.kind == frameEager {

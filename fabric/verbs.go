@@ -314,30 +314,18 @@ func (v *verbsProvider) ctlWord(w, k int) *uint64 {
 	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[(w*vCtlWords+k)*8]))
 }
 
+// putHdr writes a verbs frame header: the common form, then the rkey of
+// a rendezvous message and the credit count for the peer.
 func putHdr(b []byte, h *hdr, addr uint64, key, credit uint32) {
-	le := binary.LittleEndian
-	le.PutUint32(b[0:], h.kind)
-	le.PutUint32(b[4:], h.ctx)
-	le.PutUint32(b[8:], uint32(h.src))
-	le.PutUint32(b[12:], uint32(h.tag))
-	le.PutUint64(b[16:], h.size)
-	le.PutUint64(b[24:], h.id)
-	le.PutUint64(b[32:], addr)
-	le.PutUint32(b[40:], key)
-	le.PutUint32(b[44:], credit)
+	h.put(b, addr)
+	binary.LittleEndian.PutUint32(b[hdrWire:], key)
+	binary.LittleEndian.PutUint32(b[hdrWire+4:], credit)
 }
 
 func getHdr(b []byte, h *hdr) (credit uint32) {
-	le := binary.LittleEndian
-	h.kind = le.Uint32(b[0:])
-	h.ctx = le.Uint32(b[4:])
-	h.src = int32(le.Uint32(b[8:]))
-	h.tag = int32(le.Uint32(b[12:]))
-	h.size = le.Uint64(b[16:])
-	h.id = le.Uint64(b[24:])
-	h.addr = le.Uint64(b[32:])
-	h.key = le.Uint32(b[40:])
-	return le.Uint32(b[44:])
+	h.get(b)
+	h.key = binary.LittleEndian.Uint32(b[hdrWire:])
+	return binary.LittleEndian.Uint32(b[hdrWire+4:])
 }
 
 // send posts one frame. For an RTS, payload is the whole message, which
