@@ -164,7 +164,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		if ep.opts.provider == "shm" {
 			return fmt.Errorf("fabric: world rank %d is on another node, and the shm provider was chosen: %w", remote[0], ErrNoRoute)
 		}
-		v, err := newVerbsProvider(ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), ep.rank, ep.size, remote, &ep.mem)
+		v, err := newVerbsProvider(ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), ep.rank, ep.size, remote, &ep.mem, ep.e)
 		if err != nil {
 			return fmt.Errorf("%w (world rank %d is reached over verbs)", err, remote[0])
 		}
@@ -227,10 +227,8 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	return nil
 }
 
-// connectVerbs connects a queue pair to each peer in remote, and returns
-// once every one of them has its side ready to receive: a frame that
-// reached a queue pair not yet connected would be dropped, and retried
-// only within the failure bound.
+// connectVerbs learns the verbs addresses of the peers in remote; the
+// connections themselves are made on first use (see verbs_connect.go).
 func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 	v := ep.verbs
 	if v == nil {
@@ -242,7 +240,7 @@ func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 		if err != nil {
 			return err
 		}
-		if err := v.connectPeer(r, addr); err != nil {
+		if err := v.setAddr(r, addr); err != nil {
 			return err
 		}
 		ep.e.route[r] = v
@@ -256,17 +254,7 @@ func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 	}
 	ep.stopEvents = cancel
 	go ep.watchVerbs(events)
-	if err := b.Put(ctx, "verbs-up", []byte{1}); err != nil {
-		return err
-	}
-	if err := b.Fence(ctx); err != nil {
-		return err
-	}
-	for _, r := range remote {
-		if _, err := b.Get(ctx, r, "verbs-up"); err != nil {
-			return err
-		}
-	}
+	v.serveHandshakes()
 	return nil
 }
 

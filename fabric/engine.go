@@ -447,7 +447,7 @@ func (e *engine) scan(r *op) error {
 		}
 		for _, p := range e.provs {
 			if pr, ok := p.(prober); ok {
-				pr.probe(now)
+				pr.probe(now, e)
 			}
 		}
 	}
@@ -463,6 +463,25 @@ func (e *engine) scan(r *op) error {
 		}
 	}
 	return nil
+}
+
+// waitedOn sets in[w] for every world rank w some operation waits for: a
+// receive's source (every member of its communicator for AnySource) or a
+// rendezvous send's destination; with e.mu held.
+func (e *engine) waitedOn(in []bool) {
+	clear(in)
+	for r := e.posted.head; r != nil; r = r.next {
+		if r.peer == AnySource {
+			for _, w := range r.comm.ranks {
+				in[w] = true
+			}
+		} else {
+			in[r.comm.ranks[r.peer]] = true
+		}
+	}
+	for _, r := range e.rdv {
+		in[r.peer] = true
+	}
 }
 
 // markFailed records that world rank peer is gone and fails every

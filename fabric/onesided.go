@@ -159,10 +159,15 @@ func (ep *Endpoint) oneSided(ctx context.Context, peer int, m RemoteMem, off, n 
 			return true, e.peerError(nil, peer, err)
 		}
 		v := ep.verbs
-		if v == nil || v.oneSidedPeer(peer) == nil {
+		if v == nil || (peer != v.me && !v.isPeer[peer]) {
 			return true, fmt.Errorf("fabric: one-sided operations to world rank %d need the verbs provider (it is reached over %q): %w", peer, ep.Provider(peer), ErrNotSupported)
 		}
-		return issue(v, v.oneSidedPeer(peer))
+		p := v.oneSidedPeer(peer)
+		if p == nil {
+			v.connect(peer)
+			return false, nil // until connected
+		}
+		return issue(v, p)
 	})
 }
 
@@ -206,12 +211,16 @@ func (ep *Endpoint) OneSidedCounts(peer int) (issued, completed uint64) {
 
 // oneSidedPeer is the queue pair one-sided operations to world rank w
 // take: the peer's, or, for this process itself, a loopback pair — so that
-// its own atomics are atomic with its peers' (both done by the NIC).
+// its own atomics are atomic with its peers' (both done by the NIC). It
+// is nil while the peer is not connected.
 func (v *verbsProvider) oneSidedPeer(w int) *verbsPeer {
 	if w == v.me {
 		return v.self
 	}
-	return v.peers[w]
+	if p := v.peers[w]; p != nil && p.ready {
+		return p
+	}
+	return nil
 }
 
 // waitUntilErr makes progress until f, called with e.mu held, reports

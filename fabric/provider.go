@@ -44,7 +44,7 @@ type provider interface {
 // A prober is a provider that can check on its peers while a call waits,
 // for transports that notice a dead peer only when traffic to it fails.
 type prober interface {
-	probe(now time.Time)
+	probe(now time.Time, e *engine)
 }
 
 // Frame kinds.

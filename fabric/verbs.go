@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"net"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -69,8 +70,12 @@ const (
 type verbsPeer struct {
 	world int
 	qp    *verbs.QP
-	rcq   *verbs.CQ       // receives from this peer alone, for fair polling
-	ctl   verbs.RemoteBuf // the peer's control words
+	rcq   *verbs.CQ // receives from this peer alone, for fair polling
+	recv  *verbs.MR // vCredits receive buffers
+	// Connection: our queue pair is connected (RTS) to the peer's; the
+	// peer's is connected too, so frames may go; a handshake is under way.
+	connected, ready, dialing bool
+	ctl                       verbs.RemoteBuf // the peer's control words
 	// Credits, as running counts modulo 2^32: frames sent to the peer and
 	// the peer's count of our frames it consumed; frames from the peer we
 	// consumed and the last count we told it.
@@ -104,11 +109,11 @@ type verbsProvider struct {
 	selfT   *verbs.QP  // its target end
 	next    int        // the peer whose receives the next poll looks at first
 	probed  time.Time
-	byIx    []*verbsPeer // verbs peers in world-rank order; peer ix has receive slots [ix*vCredits, (ix+1)*vCredits)
-	recv    *verbs.MR
-	sendBuf *verbs.MR // vSendSlots slots, then one inline scratch slot
-	free    []int     // free send slots
-	ctl     *verbs.MR // vCtlWords per world rank, then one source word
+	waited  []bool       // by world rank: scratch for probe
+	byIx    []*verbsPeer // peers with a queue pair, in the order they got it
+	sendBuf *verbs.MR    // vSendSlots slots, then one inline scratch slot
+	free    []int        // free send slots
+	ctl     *verbs.MR    // vCtlWords per world rank, then one source word
 	mem     *memRegistry
 
 	reads     []vRead
@@ -119,6 +124,14 @@ type verbsProvider struct {
 	kept      int
 	dead      []peerFault // failures noticed outside a poll
 	portDown  error       // set while the port is down
+
+	e       *engine
+	addrs   []verbsAddr // by world rank, from the bootstrap
+	isPeer  []bool      // by world rank: reached over verbs
+	ln      net.Listener
+	conns   map[net.Conn]bool // handshakes in progress
+	token   [16]byte          // proves a handshake comes from this job
+	closing bool
 
 	oneSided     []vOneSided // one-sided operations in flight
 	freeOneSided []int
@@ -136,10 +149,14 @@ type peerFault struct {
 
 // newVerbsProvider opens device (or the first active one) and makes a
 // queue pair for each world rank in peers.
-func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry) (_ *verbsProvider, err error) {
+func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry, e *engine) (_ *verbsProvider, err error) {
 	v := &verbsProvider{me: me, peers: make([]*verbsPeer, size), byQPN: map[uint32]*verbsPeer{},
 		staged: map[uint64]*verbs.MR{}, mem: mem, reads: make([]vRead, 0, vMaxReads),
-		oneSided: make([]vOneSided, 0, vMaxOneSided)}
+		oneSided: make([]vOneSided, 0, vMaxOneSided), e: e, addrs: make([]verbsAddr, size), isPeer: make([]bool, size),
+		waited: make([]bool, size)}
+	for _, w := range peers {
+		v.isPeer[w] = true
+	}
 	defer func() {
 		if err != nil {
 			v.close()
@@ -166,9 +183,6 @@ func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry
 	if v.cq, err = v.dev.NewCQ(verbs.CQConfig{Size: cqe}); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
 	}
-	if v.recv, err = v.pd.Alloc(max(1, len(peers))*vCredits*vSlotSize, verbs.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("fabric: verbs provider: receive buffers: %w", err)
-	}
 	if v.sendBuf, err = v.pd.Alloc((vSendSlots+1)*vSlotSize, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: send buffers: %w", err)
 	}
@@ -181,29 +195,55 @@ func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry
 	for i := vSendSlots - 1; i >= 0; i-- {
 		v.free = append(v.free, i)
 	}
-	for i, w := range peers {
-		p := &verbsPeer{world: w}
-		v.byIx = append(v.byIx, p)
-		if p.rcq, err = v.dev.NewCQ(verbs.CQConfig{Size: vCredits}); err != nil {
-			return nil, fmt.Errorf("fabric: verbs provider: %w", err)
-		}
-		qp, err := v.pd.NewQP(verbs.QPConfig{SendCQ: v.cq, RecvCQ: p.rcq, MaxSendWR: vSQ,
-			MaxRecvWR: vCredits, MaxInline: vInline})
-		if err != nil {
-			return nil, fmt.Errorf("fabric: verbs provider: queue pair for rank %d: %w", w, err)
-		}
-		p.qp = qp
-		v.peers[w], v.byQPN[qp.QPN()] = p, p
-		for k := 0; k < vCredits; k++ {
-			if err := v.postRecv(i*vCredits + k); err != nil {
-				return nil, err
-			}
-		}
-	}
 	if err := v.loopback(); err != nil {
 		return nil, err
 	}
+	if err := v.listen(); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// newPeer makes world rank w's queue pair, its receive queue's completion
+// queue and buffers, and posts the buffers; with e.mu held.
+func (v *verbsProvider) newPeer(w int) (_ *verbsPeer, err error) {
+	p := &verbsPeer{world: w}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if p.rcq, err = v.dev.NewCQ(verbs.CQConfig{Size: vCredits}); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
+	}
+	if p.recv, err = v.pd.Alloc(vCredits*vSlotSize, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: receive buffers: %w", err)
+	}
+	if p.qp, err = v.pd.NewQP(verbs.QPConfig{SendCQ: v.cq, RecvCQ: p.rcq, MaxSendWR: vSQ,
+		MaxRecvWR: vCredits, MaxInline: vInline}); err != nil {
+		return nil, fmt.Errorf("fabric: verbs provider: queue pair for rank %d: %w", w, err)
+	}
+	for k := 0; k < vCredits; k++ {
+		if err := v.postRecv(p, k); err != nil {
+			return nil, err
+		}
+	}
+	p.ctl = v.addrs[w].ctl
+	v.peers[w], v.byQPN[p.qp.QPN()] = p, p
+	v.byIx = append(v.byIx, p)
+	return p, nil
+}
+
+func (p *verbsPeer) close() {
+	if p.qp != nil {
+		p.qp.Close()
+	}
+	if p.recv != nil {
+		p.recv.Close()
+	}
+	if p.rcq != nil {
+		p.rcq.Close()
+	}
 }
 
 // loopback connects a pair of queue pairs of this process to each other.
@@ -252,62 +292,18 @@ func roceGID(dev *verbs.Context) (hw.GID, error) {
 	return found, nil
 }
 
-// address is what peers need to connect: our GID, control words, and the
-// queue pair each peer is to talk to.
-func (v *verbsProvider) address() []byte {
-	le := binary.LittleEndian
-	b := append([]byte(nil), v.gid[:]...)
-	b = le.AppendUint64(b, v.ctl.Addr())
-	b = le.AppendUint32(b, v.ctl.RKey())
-	for _, p := range v.peers {
-		var qpn, psn uint32
-		if p != nil {
-			qpn, psn = p.qp.QPN(), p.qp.PSN()
-		}
-		b = le.AppendUint32(b, qpn)
-		b = le.AppendUint32(b, psn)
-	}
-	return b
-}
-
-// connectPeer brings world rank w's queue pair to RTS from its address.
-func (v *verbsProvider) connectPeer(w int, addr []byte) error {
-	le := binary.LittleEndian
-	n := len(v.peers)
-	if len(addr) != 16+12+8*n {
-		return fmt.Errorf("fabric: rank %d published a %d-byte verbs address, want %d", w, len(addr), 16+12+8*n)
-	}
-	p := v.peers[w]
-	var remote verbs.Endpoint
-	copy(remote.GID[:], addr[:16])
-	p.ctl = verbs.RemoteBuf{Addr: le.Uint64(addr[16:]), RKey: le.Uint32(addr[24:]), Len: uint64(n*vCtlWords) * 8}
-	off := 28 + 8*v.me
-	remote.QPN, remote.PSN = le.Uint32(addr[off:]), le.Uint32(addr[off+4:])
-	if remote.QPN == 0 {
-		return fmt.Errorf("fabric: rank %d has no queue pair for this process (providers disagree)", w)
-	}
-	if err := p.qp.Connect(remote, verbs.ConnectConfig{GIDIndex: -1}); err != nil {
-		return fmt.Errorf("fabric: connecting to rank %d over %s: %w", w, v.dev.Name(), err)
-	}
-	return nil
-}
-
 func (v *verbsProvider) name() string  { return "verbs" }
 func (v *verbsProvider) eagerMax() int { return vEager }
 
 // failureBound is how long a request to a dead peer takes to fail.
 func (v *verbsProvider) failureBound() time.Duration {
-	for _, p := range v.peers {
-		if p != nil {
-			return p.qp.FailureBound()
-		}
-	}
-	return 0
+	return verbs.RetryBound(verbs.DefaultTimeout, verbs.DefaultRetryCount)
 }
 
-func (v *verbsProvider) postRecv(slot int) error {
-	v.sge[0] = verbs.SGE{MR: v.recv, Offset: uint64(slot * vSlotSize), Length: vSlotSize}
-	return v.byIx[slot/vCredits].qp.PostRecv(verbs.RecvWR{ID: wrRecv | uint64(slot), Local: v.sge[:]})
+// postRecv posts p's receive buffer k; its work request ID names both.
+func (v *verbsProvider) postRecv(p *verbsPeer, k int) error {
+	v.sge[0] = verbs.SGE{MR: p.recv, Offset: uint64(k * vSlotSize), Length: vSlotSize}
+	return p.qp.PostRecv(verbs.RecvWR{ID: wrRecv | uint64(p.world)<<8 | uint64(k), Local: v.sge[:]})
 }
 
 func (v *verbsProvider) ctlWord(w, k int) *uint64 {
@@ -332,6 +328,10 @@ func getHdr(b []byte, h *hdr) (credit uint32) {
 // the peer will read.
 func (v *verbsProvider) send(peer int, h *hdr, payload []byte) bool {
 	p := v.peers[peer]
+	if p == nil || !p.ready {
+		v.connect(peer)
+		return false
+	}
 	if p.sent-p.acked >= vCredits {
 		if c := uint32(atomic.LoadUint64(v.ctlWord(peer, 0))); int32(c-p.acked) > 0 {
 			p.acked = c
@@ -550,7 +550,7 @@ func (v *verbsProvider) drain(e *engine, cq *verbs.CQ, max int) int {
 		}
 		switch wc.ID & wrKindMask {
 		case wrRecv:
-			v.received(e, i, int(wc.ByteLen))
+			v.received(e, i>>8, i&0xff, int(wc.ByteLen))
 		case wrSend:
 			v.free = append(v.free, i)
 		case wrRead:
@@ -561,20 +561,21 @@ func (v *verbsProvider) drain(e *engine, cq *verbs.CQ, max int) int {
 			}
 			v.oneSidedDone(i, true)
 		case wrProbe:
-			v.byIx[i].probing = false
+			v.peers[i].probing = false
 		}
 	}
 	return n
 }
 
-// received handles a frame in receive slot i.
-func (v *verbsProvider) received(e *engine, i, n int) {
-	p := v.byIx[i/vCredits]
+// received handles a frame in receive buffer k of world rank w.
+func (v *verbsProvider) received(e *engine, w, k, n int) {
+	p := v.peers[w]
 	if n < vHdr {
 		v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("fabric: a %d-byte frame", n)})
 		return
 	}
-	b := v.recv.Bytes()[i*vSlotSize : i*vSlotSize+n]
+	p.ready = true // it sends, so its side is connected
+	b := p.recv.Bytes()[k*vSlotSize : k*vSlotSize+n]
 	var h hdr
 	if c := getHdr(b, &h); int32(c-p.acked) > 0 {
 		p.acked = c
@@ -592,7 +593,7 @@ func (v *verbsProvider) received(e *engine, i, n int) {
 		v.pl = payload{}
 	}
 	e.deliver(p.world, &h, &v.pl)
-	if err := v.postRecv(i); err != nil {
+	if err := v.postRecv(p, k); err != nil {
 		v.dead = append(v.dead, peerFault{p.world, err})
 		return
 	}
@@ -632,13 +633,21 @@ func (v *verbsProvider) writeCtl(p *verbsPeer, k int, val uint64) error {
 // queue pair's failure bound.
 const vProbeEvery = 100 * time.Millisecond
 
-func (v *verbsProvider) probe(now time.Time) {
+func (v *verbsProvider) probe(now time.Time, e *engine) {
 	if now.Sub(v.probed) < vProbeEvery {
 		return
 	}
 	v.probed = now
-	for ix, p := range v.byIx {
-		if p.probing || p.dead || p.qp.State() != verbs.QPRTS {
+	// A peer this process waits for but has never talked to has no queue
+	// pair to probe: connecting to it is the probe (a dead one refuses).
+	e.waitedOn(v.waited)
+	for w, yes := range v.waited {
+		if yes && v.isPeer[w] && (v.peers[w] == nil || !v.peers[w].connected) {
+			v.connect(w)
+		}
+	}
+	for _, p := range v.byIx {
+		if p.probing || p.dead || !p.ready {
 			continue
 		}
 		if v.closed(p.world) {
@@ -646,7 +655,7 @@ func (v *verbsProvider) probe(now time.Time) {
 			v.dead = append(v.dead, peerFault{p.world, errors.New("goodbye received")})
 			continue
 		}
-		v.wr[0] = verbs.SendWR{ID: wrProbe | uint64(ix), Op: verbs.OpRDMAWrite, Flags: verbs.Signaled, Remote: p.ctl}
+		v.wr[0] = verbs.SendWR{ID: wrProbe | uint64(p.world), Op: verbs.OpRDMAWrite, Flags: verbs.Signaled, Remote: p.ctl}
 		if p.qp.PostSend(v.wr[:]...) == nil {
 			p.probing = true
 		}
@@ -686,7 +695,7 @@ func (v *verbsProvider) closed(peer int) bool {
 func (v *verbsProvider) goodbye() {
 	want := 0
 	for _, p := range v.peers {
-		if p != nil && p.qp.State() == verbs.QPRTS && v.writeCtl(p, 1, 1) == nil {
+		if p != nil && p.connected && v.writeCtl(p, 1, 1) == nil {
 			want++
 		}
 	}
@@ -711,13 +720,15 @@ func (v *verbsProvider) close() error {
 	if v.selfT != nil {
 		v.selfT.Close()
 	}
+	v.closing = true
+	if v.ln != nil {
+		v.ln.Close()
+	}
+	for c := range v.conns {
+		c.Close()
+	}
 	for _, p := range v.byIx {
-		if p.qp != nil {
-			p.qp.Close()
-		}
-		if p.rcq != nil {
-			p.rcq.Close()
-		}
+		p.close()
 	}
 	for _, mr := range v.staged {
 		mr.Close()
@@ -740,7 +751,7 @@ func (v *verbsProvider) close() error {
 	if v.mem != nil {
 		v.mem.deregister()
 	}
-	for _, mr := range []*verbs.MR{v.recv, v.sendBuf, v.ctl, v.atoms} {
+	for _, mr := range []*verbs.MR{v.sendBuf, v.ctl, v.atoms} {
 		if mr != nil {
 			mr.Close()
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -303,4 +304,55 @@ func TestVerbsPortDown(t *testing.T) {
 	out := runOK(t, 2, "portdown", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0],
 		"PORTDOWN_FLAG="+filepath.Join(t.TempDir(), "flag"))
 	t.Log(out)
+}
+
+func init() { progs["lazy"] = progLazy }
+
+// progLazy: connections are made on first use. Ranks 0-1 and 2-3 talk in
+// pairs; until then, and after, no process has a queue pair for the other
+// pair. Then 1-2 and 3-0 talk, both ends of each starting the connection
+// at once.
+func progLazy(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	me := w.Rank()
+	qps := func() []int {
+		ep.e.mu.Lock()
+		defer ep.e.mu.Unlock()
+		var out []int
+		for r, p := range ep.verbs.peers {
+			if p != nil {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	mate := me ^ 1
+	// (The mate may connect to us first.)
+	if got := qps(); len(got) > 1 || len(got) == 1 && got[0] != mate {
+		failf("queue pairs for %v before any traffic", got)
+	}
+	got := make([]byte, 1)
+	if _, err := w.Sendrecv(ctx, []byte{byte(me)}, mate, 1, got, mate, 1); err != nil || int(got[0]) != mate {
+		failf("pair: %v", err)
+	}
+	must(ep.boot.Fence(ctx), "fence") // the pairs are done
+	if got := qps(); len(got) != 1 || got[0] != mate {
+		failf("queue pairs for %v after talking to %d alone", got, mate)
+	}
+	partner := (me + 3) % 4
+	if me%2 == 1 {
+		partner = (me + 1) % 4
+	}
+	if _, err := w.Sendrecv(ctx, []byte{byte(me)}, partner, 2, got, partner, 2); err != nil || int(got[0]) != partner {
+		failf("cross pair: %v", err)
+	}
+	if got := qps(); !slices.Equal(got, []int{min(mate, partner), max(mate, partner)}) {
+		failf("queue pairs for %v after talking to %d and %d", got, mate, partner)
+	}
+	return nil
+}
+
+func TestVerbsLazyConnect(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	runOK(t, 4, "lazy", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+strings.Join(devs, ","))
 }

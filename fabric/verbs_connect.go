@@ -1,0 +1,324 @@
+package fabric
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/rivet-hpc/rivet/hw"
+	"github.com/rivet-hpc/rivet/verbs"
+)
+
+// Connections are made on first use. Every process publishes one address
+// at bootstrap — its GID, its control words, a TCP port on the RDMA
+// netdev's IP address and a random token — and creates no queue pair. The
+// first frame (or one-sided operation) for a peer creates our queue pair
+// and its receive buffers and starts a handshake over TCP: we send our QPN
+// and PSN (with the peer's token, which only the job knows), the peer
+// creates its side, connects it and answers with its QPN and PSN, and we
+// connect ours and say so. A queue pair must be connected before the
+// first packet reaches it (rxe drops packets for one that is not, and the
+// sender spends retries), so each side sends only once it knows the other
+// is connected: the initiator when the answer comes, the other side when
+// the initiator confirms — or when its first frame arrives. Two processes
+// that start at once meet in the middle: each side keeps one queue pair
+// per peer, and whichever message brings the peer's QPN first connects it.
+// Frames for a peer wait in the engine's queue meanwhile.
+//
+// Until then a peer costs nothing but its 60-byte address: no queue pair,
+// no receive buffers (0.5 MiB a peer once connected).
+
+// verbsAddr is what the bootstrap says about a peer.
+type verbsAddr struct {
+	gid   hw.GID
+	ctl   verbs.RemoteBuf
+	token [16]byte
+	tcp   string
+}
+
+const vHello = "RIVETVC1"
+
+// listen opens the handshake port on the GID's address.
+func (v *verbsProvider) listen() error {
+	ip := net.IP(v.gid[:])
+	if ip4 := ip.To4(); ip4 != nil {
+		ip = ip4
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip})
+	if err != nil {
+		return fmt.Errorf("fabric: verbs provider: listening on %s for connections: %w", ip, err)
+	}
+	if _, err := randRead(v.token[:]); err != nil {
+		ln.Close()
+		return err
+	}
+	v.ln = ln
+	v.conns = map[net.Conn]bool{}
+	return nil
+}
+
+// serveHandshakes starts answering handshakes, once every peer's address
+// is known (a peer that dials earlier waits in the listen backlog).
+func (v *verbsProvider) serveHandshakes() { go v.accept(v.ln) }
+
+// track records c as open (or, with open false, no longer), so that
+// close ends every handshake in progress; it reports false if the
+// provider is closing. With e.mu held.
+func (v *verbsProvider) track(c net.Conn, open bool) bool {
+	if !open {
+		delete(v.conns, c)
+		return true
+	}
+	if v.closing {
+		return false
+	}
+	v.conns[c] = true
+	return true
+}
+
+// address is what peers need to connect to this process.
+func (v *verbsProvider) address() []byte {
+	le := binary.LittleEndian
+	b := append([]byte(nil), v.gid[:]...)
+	b = le.AppendUint64(b, v.ctl.Addr())
+	b = le.AppendUint32(b, v.ctl.RKey())
+	b = append(b, v.token[:]...)
+	return append(b, v.ln.Addr().String()...)
+}
+
+// setAddr records world rank w's published address.
+func (v *verbsProvider) setAddr(w int, b []byte) error {
+	const fixed = 16 + 8 + 4 + 16
+	if len(b) <= fixed {
+		return fmt.Errorf("fabric: rank %d published a %d-byte verbs address", w, len(b))
+	}
+	le := binary.LittleEndian
+	a := &v.addrs[w]
+	copy(a.gid[:], b)
+	a.ctl = verbs.RemoteBuf{Addr: le.Uint64(b[16:]), RKey: le.Uint32(b[24:]), Len: uint64(len(v.peers)*vCtlWords) * 8}
+	copy(a.token[:], b[28:])
+	a.tcp = string(b[fixed:])
+	return nil
+}
+
+// connect starts connecting to world rank w unless that is done or under
+// way; with e.mu held.
+func (v *verbsProvider) connect(w int) {
+	p := v.peers[w]
+	if p != nil && (p.ready || p.dialing || p.dead) {
+		return
+	}
+	if p == nil {
+		var err error
+		if p, err = v.newPeer(w); err != nil {
+			v.deadNoPeer(w, err)
+			return
+		}
+	}
+	p.dialing = true
+	go v.dial(w, p.qp.QPN(), p.qp.PSN())
+}
+
+// deadNoPeer fails world rank w, for which no queue pair could be made.
+func (v *verbsProvider) deadNoPeer(w int, err error) {
+	if v.e.failed[w] == nil {
+		v.e.markFailedNow(w, fmt.Errorf("%w: world rank %d: %v", ErrNoRoute, w, err))
+	}
+}
+
+// hello is a handshake message: who sends it, the token of the process
+// it goes to, and the sender's queue pair for it.
+type hello struct {
+	rank     uint32
+	token    [16]byte
+	qpn, psn uint32
+}
+
+func (h *hello) marshal() []byte {
+	b := append([]byte(vHello), 0, 0, 0, 0)
+	binary.LittleEndian.PutUint32(b[8:], h.rank)
+	b = append(b, h.token[:]...)
+	b = binary.LittleEndian.AppendUint32(b, h.qpn)
+	return binary.LittleEndian.AppendUint32(b, h.psn)
+}
+
+const helloLen = 8 + 4 + 16 + 8
+
+func readHello(r io.Reader) (hello, error) {
+	var b [helloLen]byte
+	var h hello
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return h, err
+	}
+	if !bytes.Equal(b[:8], []byte(vHello)) {
+		return h, errors.New("not a Rivet handshake")
+	}
+	h.rank = binary.LittleEndian.Uint32(b[8:])
+	copy(h.token[:], b[12:28])
+	h.qpn = binary.LittleEndian.Uint32(b[28:])
+	h.psn = binary.LittleEndian.Uint32(b[32:])
+	return h, nil
+}
+
+const vHandshakeTimeout = 30 * time.Second
+
+// dial runs our side of a handshake with world rank w, whose queue pair
+// for us exists as (qpn, psn).
+func (v *verbsProvider) dial(w int, qpn, psn uint32) {
+	err := v.handshake(w, qpn, psn)
+	e := v.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if v.closing {
+		return
+	}
+	if p := v.peers[w]; p != nil {
+		p.dialing = false
+		if err != nil && !p.ready {
+			p.dead = true
+			cause := fmt.Errorf("%w: connecting to world rank %d: %v", ErrNoRoute, w, err)
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				// It listened when the job started: now it is gone.
+				cause = procFailed("world rank %d is gone: its connection port refuses (%v)", w, err)
+			}
+			v.dead = append(v.dead, peerFault{w, cause})
+		}
+	}
+}
+
+func (v *verbsProvider) handshake(w int, qpn, psn uint32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), vHandshakeTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", v.addrs[w].tcp)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	e := v.e
+	e.mu.Lock()
+	ok := v.track(c, true)
+	e.mu.Unlock()
+	if !ok {
+		return ErrClosed
+	}
+	defer func() {
+		e.mu.Lock()
+		v.track(c, false)
+		e.mu.Unlock()
+	}()
+	c.SetDeadline(time.Now().Add(vHandshakeTimeout))
+	req := hello{rank: uint32(v.me), token: v.addrs[w].token, qpn: qpn, psn: psn}
+	if _, err := c.Write(req.marshal()); err != nil {
+		return err
+	}
+	resp, err := readHello(c)
+	if err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.rank != uint32(w) || subtle.ConstantTimeCompare(resp.token[:], v.token[:]) != 1 {
+		return errors.New("the answer is not from the process the bootstrap named")
+	}
+	e.mu.Lock()
+	if err := v.connectQP(w, resp.qpn, resp.psn); err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	v.peers[w].ready = true // it answered, so its side is connected
+	e.mu.Unlock()
+	_, err = c.Write([]byte{1})
+	return err
+}
+
+// connectQP connects our queue pair for w to the peer's (qpn, psn), once;
+// with e.mu held.
+func (v *verbsProvider) connectQP(w int, qpn, psn uint32) error {
+	if v.closing {
+		return ErrClosed
+	}
+	p := v.peers[w]
+	if p.connected {
+		return nil
+	}
+	remote := verbs.Endpoint{GID: v.addrs[w].gid, QPN: qpn, PSN: psn}
+	if err := p.qp.Connect(remote, verbs.ConnectConfig{GIDIndex: -1}); err != nil {
+		return fmt.Errorf("connecting to rank %d over %s: %w", w, v.dev.Name(), err)
+	}
+	p.connected = true
+	return nil
+}
+
+func (v *verbsProvider) accept(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		go v.serve(c)
+	}
+}
+
+// serve answers one handshake.
+func (v *verbsProvider) serve(c net.Conn) {
+	defer c.Close()
+	e := v.e
+	e.mu.Lock()
+	ok := v.track(c, true)
+	e.mu.Unlock()
+	if !ok {
+		return
+	}
+	defer func() {
+		e.mu.Lock()
+		v.track(c, false)
+		e.mu.Unlock()
+	}()
+	c.SetDeadline(time.Now().Add(vHandshakeTimeout))
+	req, err := readHello(c)
+	if err != nil {
+		return
+	}
+	w := int(req.rank)
+	if w < 0 || w >= len(v.peers) || !v.isPeer[w] || subtle.ConstantTimeCompare(req.token[:], v.token[:]) != 1 {
+		return // not one of ours: say nothing
+	}
+	e.mu.Lock()
+	if v.closing || e.failed[w] != nil {
+		e.mu.Unlock()
+		return
+	}
+	p := v.peers[w]
+	if p == nil {
+		if p, err = v.newPeer(w); err != nil {
+			v.deadNoPeer(w, err)
+			e.mu.Unlock()
+			return
+		}
+	}
+	if err := v.connectQP(w, req.qpn, req.psn); err != nil {
+		v.dead = append(v.dead, peerFault{w, fmt.Errorf("%w: %v", ErrNoRoute, err)})
+		e.mu.Unlock()
+		return
+	}
+	resp := hello{rank: uint32(v.me), token: v.addrs[w].token, qpn: p.qp.QPN(), psn: p.qp.PSN()}
+	e.mu.Unlock()
+	if _, err := c.Write(resp.marshal()); err != nil {
+		return
+	}
+	var done [1]byte
+	if _, err := io.ReadFull(c, done[:]); err != nil {
+		return // its first frame will say it is ready, if it is
+	}
+	e.mu.Lock()
+	if !v.closing && v.peers[w] == p {
+		p.ready = true
+	}
+	e.mu.Unlock()
+}
