@@ -57,13 +57,27 @@ perf() {
 }
 row() { grep -E '^[0-9]' | awk '{print $2}' | tail -1; }
 
+# The VM drifts between fast and slow spells lasting several runs, so the
+# three programs run back to back for each measure (in a rotating order),
+# and the ratios are also taken within each round.
+lat() {
+	case $1 in
+	rivet) rivet osu_latency -m 8:8 -i 5000 -x 500 | row >>"$w/rl" ;;
+	raw) perf send_lat 8 5000 5 >>"$w/pl" ;; # t_typical
+	ompi) ompi latency -m 8:8 -i 5000 -x 500 | row >>"$w/ol" ;;
+	esac
+}
+bw() {
+	case $1 in
+	rivet) rivet osu_bw -m 1048576:1048576 -i 10 -x 2 | row >>"$w/rb" ;;
+	raw) perf write_bw 1048576 500 4 >>"$w/pb" ;; # BW average (MB/s)
+	ompi) ompi bw -m 1048576:1048576 -i 10 -x 2 | row >>"$w/ob" ;;
+	esac
+}
+orders=("rivet raw ompi" "raw ompi rivet" "ompi rivet raw")
 for ((r = 0; r < rounds; r++)); do
-	rivet osu_latency -m 8:8 -i 5000 -x 500 | row >>"$w/rl"
-	rivet osu_bw -m 1048576:1048576 -i 10 -x 2 | row >>"$w/rb"
-	perf send_lat 8 5000 5 >>"$w/pl"      # t_typical
-	perf write_bw 1048576 500 4 >>"$w/pb" # BW average (MB/s)
-	ompi latency -m 8:8 -i 5000 -x 500 | row >>"$w/ol"
-	ompi bw -m 1048576:1048576 -i 10 -x 2 | row >>"$w/ob"
+	for who in ${orders[r % 3]}; do lat $who; done
+	for who in ${orders[r % 3]}; do bw $who; done
 done
 
 median() { sort -g "$1" | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print v[int((NR+1)/2)]}'; }
@@ -74,5 +88,8 @@ echo "| measure | rivet osu | raw verbs (rivet perf) | ratio | Open MPI + UCX | 
 echo "|---|---|---|---|---|---|"
 echo "| osu_latency 8 B (µs) vs send_lat | $rl | $pl | $(ratio "$rl" "$pl") | $ol | $(ratio "$rl" "$ol") |"
 echo "| osu_bw 1 MiB (MB/s) vs write_bw | $rb | $pb | $(ratio "$rb" "$pb") | $ob | $(ratio "$rb" "$ob") |"
+# pairmed A B: the median over rounds of A's value / B's in the same round
+pairmed() { paste "$1" "$2" | awk '$2 > 0 {print $1 / $2}' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else printf "%.3f", v[int((NR+1)/2)]}'; }
+echo "median of per-round ratios: latency rivet/raw $(pairmed "$w/rl" "$w/pl"), rivet/ompi $(pairmed "$w/rl" "$w/ol"); bandwidth rivet/raw $(pairmed "$w/rb" "$w/pb"), rivet/ompi $(pairmed "$w/rb" "$w/ob")"
 echo "raw per round: rivet lat $(tr '\n' ' ' <"$w/rl")| send_lat $(tr '\n' ' ' <"$w/pl")| ompi lat $(tr '\n' ' ' <"$w/ol")"
 echo "raw per round: rivet bw $(tr '\n' ' ' <"$w/rb")| write_bw $(tr '\n' ' ' <"$w/pb")| ompi bw $(tr '\n' ' ' <"$w/ob")"

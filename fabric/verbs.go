@@ -512,10 +512,11 @@ func (v *verbsProvider) poll(e *engine, budget int) int {
 	for len(v.dead) > 0 {
 		f := v.dead[0]
 		v.dead = v.dead[1:]
-		p := v.peers[f.peer]
-		for v.drain(e, p.rcq, len(v.wcs)) > 0 {
+		if p := v.peers[f.peer]; p != nil {
+			for v.drain(e, p.rcq, len(v.wcs)) > 0 {
+			}
 		}
-		v.fail(e, p, f.cause)
+		v.fail(e, f.peer, f.cause)
 		got++
 	}
 	return got
@@ -672,17 +673,21 @@ func (v *verbsProvider) readEnded(e *engine, i int, err error) {
 	e.readDone(rd.r, rd.peer, rd.id, err)
 }
 
-// fail records that p's queue pair failed with cause.
-func (v *verbsProvider) fail(e *engine, p *verbsPeer, cause error) {
-	p.dead = true
-	if e.failed[p.world] != nil {
-		return
+// fail records that world rank w cannot be reached, for cause: its
+// queue pair failed, or no connection could be made.
+func (v *verbsProvider) fail(e *engine, w int, cause error) {
+	if p := v.peers[w]; p != nil {
+		p.dead = true
 	}
-	if v.closed(p.world) {
-		e.markFailedNow(p.world, fmt.Errorf("%w: world rank %d closed its endpoint (%v)", ErrClosed, p.world, cause))
-		return
+	switch {
+	case e.failed[w] != nil:
+	case v.closed(w):
+		e.markFailedNow(w, fmt.Errorf("%w: world rank %d closed its endpoint (%v)", ErrClosed, w, cause))
+	case errors.Is(cause, ErrProcFailed) || errors.Is(cause, ErrNoRoute):
+		e.markFailedNow(w, cause)
+	default:
+		e.markFailedNow(w, procFailed("world rank %d over %s: %v", w, v.dev.Name(), cause))
 	}
-	e.markFailedNow(p.world, procFailed("world rank %d over %s: %v", p.world, v.dev.Name(), cause))
 }
 
 // closed reports whether the peer said goodbye (Close) before going.

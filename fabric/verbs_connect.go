@@ -126,11 +126,11 @@ func (v *verbsProvider) connect(w int) {
 	go v.dial(w, p.qp.QPN(), p.qp.PSN())
 }
 
-// deadNoPeer fails world rank w, for which no queue pair could be made.
+// deadNoPeer records that no queue pair could be made for world rank w;
+// the next poll fails it (not here: a send may be on its way to the
+// engine's queue).
 func (v *verbsProvider) deadNoPeer(w int, err error) {
-	if v.e.failed[w] == nil {
-		v.e.markFailedNow(w, fmt.Errorf("%w: world rank %d: %v", ErrNoRoute, w, err))
-	}
+	v.dead = append(v.dead, peerFault{w, fmt.Errorf("%w: world rank %d: %v", ErrNoRoute, w, err)})
 }
 
 // hello is a handshake message: who sends it, the token of the process
