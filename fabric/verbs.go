@@ -97,24 +97,25 @@ type vRead struct {
 }
 
 type verbsProvider struct {
-	dev     *verbs.Context
-	pd      *verbs.PD
-	cq      *verbs.CQ
-	gid     hw.GID
-	me      int
-	maxMsg  int          // the port's largest message
-	peers   []*verbsPeer // by world rank; nil for peers reached otherwise
-	byQPN   map[uint32]*verbsPeer
-	self    *verbsPeer // a loopback queue pair, for one-sided operations on this process's own memory
-	selfT   *verbs.QP  // its target end
-	next    int        // the peer whose receives the next poll looks at first
-	probed  time.Time
-	waited  []bool       // by world rank: scratch for probe
-	byIx    []*verbsPeer // peers with a queue pair, in the order they got it
-	sendBuf *verbs.MR    // vSendSlots slots, then one inline scratch slot
-	free    []int        // free send slots
-	ctl     *verbs.MR    // vCtlWords per world rank, then one source word
-	mem     *memRegistry
+	dev      *verbs.Context
+	pd       *verbs.PD
+	cq       *verbs.CQ
+	gid      hw.GID
+	gidIndex int
+	me       int
+	maxMsg   int          // the port's largest message
+	peers    []*verbsPeer // by world rank; nil for peers reached otherwise
+	byQPN    map[uint32]*verbsPeer
+	self     *verbsPeer // a loopback queue pair, for one-sided operations on this process's own memory
+	selfT    *verbs.QP  // its target end
+	next     int        // the peer whose receives the next poll looks at first
+	probed   time.Time
+	waited   []bool       // by world rank: scratch for probe
+	byIx     []*verbsPeer // peers with a queue pair, in the order they got it
+	sendBuf  *verbs.MR    // vSendSlots slots, then one inline scratch slot
+	free     []int        // free send slots
+	ctl      *verbs.MR    // vCtlWords per world rank, then one source word
+	mem      *memRegistry
 
 	reads     []vRead
 	freeReads []int
@@ -165,7 +166,7 @@ func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry
 	if v.dev, err = verbs.Open(device); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
 	}
-	if v.gid, err = roceGID(v.dev); err != nil {
+	if v.gid, v.gidIndex, err = roceGID(v.dev); err != nil {
 		return nil, err
 	}
 	port, err := v.dev.QueryPort(1)
@@ -258,18 +259,20 @@ func (v *verbsProvider) loopback() error {
 	if v.selfT, err = v.pd.NewQP(cfg); err != nil {
 		return fmt.Errorf("fabric: verbs provider: loopback queue pair: %w", err)
 	}
-	if err := a.Connect(v.selfT.Endpoint(v.gid), verbs.ConnectConfig{GIDIndex: -1}); err != nil {
+	if err := a.Connect(v.selfT.Endpoint(v.gid), verbs.ConnectConfig{GIDIndex: v.gidIndex}); err != nil {
 		return fmt.Errorf("fabric: verbs provider: loopback: %w", err)
 	}
-	if err := v.selfT.Connect(a.Endpoint(v.gid), verbs.ConnectConfig{GIDIndex: -1}); err != nil {
+	if err := v.selfT.Connect(a.Endpoint(v.gid), verbs.ConnectConfig{GIDIndex: v.gidIndex}); err != nil {
 		return fmt.Errorf("fabric: verbs provider: loopback: %w", err)
 	}
 	return nil
 }
 
-// roceGID is the device's first RoCE v2 GID on port 1, IPv4 preferred.
-func roceGID(dev *verbs.Context) (hw.GID, error) {
-	var found hw.GID
+// roceGID is the device's first RoCE v2 GID on port 1, IPv4 preferred,
+// and its index. (Passing the index to Connect spares it a fresh read of
+// the GID table from sysfs — a thousand files on rxe.)
+func roceGID(dev *verbs.Context) (hw.GID, int, error) {
+	found, ix := hw.GID{}, -1
 	for _, p := range dev.Device().Ports {
 		if p.Number != 1 {
 			continue
@@ -279,17 +282,17 @@ func roceGID(dev *verbs.Context) (hw.GID, error) {
 				continue
 			}
 			if g.GID.IsIPv4() {
-				return g.GID, nil
+				return g.GID, g.Index, nil
 			}
-			if found.IsZero() {
-				found = g.GID
+			if ix < 0 {
+				found, ix = g.GID, g.Index
 			}
 		}
 	}
-	if found.IsZero() {
-		return found, fmt.Errorf("fabric: verbs provider: %s port 1 has no RoCE v2 GID", dev.Name())
+	if ix < 0 {
+		return found, ix, fmt.Errorf("fabric: verbs provider: %s port 1 has no RoCE v2 GID", dev.Name())
 	}
-	return found, nil
+	return found, ix, nil
 }
 
 func (v *verbsProvider) name() string  { return "verbs" }

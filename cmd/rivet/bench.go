@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 
 	"github.com/rivet-hpc/rivet/bench/osu"
 	"github.com/rivet-hpc/rivet/fabric"
@@ -99,6 +100,19 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			over += " (" + ep.Device() + ")"
 		}
 		fmt.Fprintf(stderr, "# rivet: %d ranks (%s); rank 1 over %s\n", w.Size(), ep.Launcher(), over)
+	}
+	// RIVET_CPUPROFILE=PREFIX writes each rank's CPU profile to
+	// PREFIX.RANK, for `go tool pprof`.
+	if prefix := os.Getenv("RIVET_CPUPROFILE"); prefix != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", prefix, w.Rank()))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	for _, run := range runs {
 		if err := run(ctx, w); err != nil {
