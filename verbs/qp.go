@@ -413,23 +413,36 @@ func retryCount(v, def, maxv int, what string) (uint8, error) {
 	return uint8(v), nil
 }
 
-// localGID picks the RoCE v2 GID on the port whose family matches remote.
+// localGID picks the RoCE v2 GID on the port whose family matches remote:
+// from the table read at Open, or, if that has none (an address added
+// since), from sysfs again — which reads a file per GID entry, a thousand
+// on rxe, so not on every connection.
 func localGID(c *Context, port int, remote hw.GID) (int, error) {
+	if ix, ok := roceGIDIndex(c.dev, port, remote); ok {
+		return ix, nil
+	}
 	d, err := hw.DeviceByName(c.dev.Name)
 	if err != nil && len(d.Ports) == 0 {
 		return 0, c.wrap(err)
 	}
+	if ix, ok := roceGIDIndex(d, port, remote); ok {
+		return ix, nil
+	}
+	return 0, fmt.Errorf("verbs: %s port %d has no RoCE v2 GID of the remote's family: %w", c.dev.Name, port, hw.ErrNotFound)
+}
+
+func roceGIDIndex(d hw.Device, port int, remote hw.GID) (int, bool) {
 	for _, p := range d.Ports {
 		if p.Number != port {
 			continue
 		}
 		for _, g := range p.GIDs {
 			if g.Type == hw.GIDTypeRoCEv2 && g.GID.IsIPv4() == remote.IsIPv4() {
-				return g.Index, nil
+				return g.Index, true
 			}
 		}
 	}
-	return 0, fmt.Errorf("verbs: %s port %d has no RoCE v2 GID of the remote's family: %w", c.dev.Name, port, hw.ErrNotFound)
+	return 0, false
 }
 
 // QPAttr is what QUERY_QP reports.
