@@ -351,12 +351,15 @@ func (v *verbsProvider) send(peer int, h *hdr, payload []byte) bool {
 			return true
 		}
 		if mr == nil {
-			if mr, err = v.getStage(len(payload)); err != nil {
-				v.dead = append(v.dead, peerFault{peer, err})
-				return true
+			// Staged once: a send retried for want of room keeps its copy.
+			if mr = v.staged[h.id]; mr == nil {
+				if mr, err = v.getStage(len(payload)); err != nil {
+					v.dead = append(v.dead, peerFault{peer, err})
+					return true
+				}
+				copy(mr.Bytes(), payload)
+				v.staged[h.id] = mr
 			}
-			copy(mr.Bytes(), payload)
-			v.staged[h.id] = mr
 			off = 0
 		}
 		addr, key = mr.Addr()+off, mr.RKey()

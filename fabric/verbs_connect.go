@@ -68,19 +68,21 @@ func (v *verbsProvider) listen() error {
 // is known (a peer that dials earlier waits in the listen backlog).
 func (v *verbsProvider) serveHandshakes() { go v.accept(v.ln) }
 
-// track records c as open (or, with open false, no longer), so that
-// close ends every handshake in progress; it reports false if the
-// provider is closing. With e.mu held.
-func (v *verbsProvider) track(c net.Conn, open bool) bool {
-	if !open {
-		delete(v.conns, c)
-		return true
-	}
+// hold records c as open until release is called, so that close ends
+// every handshake in progress; ok is false if the provider is closing.
+func (v *verbsProvider) hold(c net.Conn) (release func(), ok bool) {
+	e := v.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if v.closing {
-		return false
+		return nil, false
 	}
 	v.conns[c] = true
-	return true
+	return func() {
+		e.mu.Lock()
+		delete(v.conns, c)
+		e.mu.Unlock()
+	}, true
 }
 
 // address is what peers need to connect to this process.
@@ -202,18 +204,12 @@ func (v *verbsProvider) handshake(w int, qpn, psn uint32) error {
 		return err
 	}
 	defer c.Close()
-	e := v.e
-	e.mu.Lock()
-	ok := v.track(c, true)
-	e.mu.Unlock()
+	release, ok := v.hold(c)
 	if !ok {
 		return ErrClosed
 	}
-	defer func() {
-		e.mu.Lock()
-		v.track(c, false)
-		e.mu.Unlock()
-	}()
+	defer release()
+	e := v.e
 	c.SetDeadline(time.Now().Add(vHandshakeTimeout))
 	req := hello{rank: uint32(v.me), token: v.addrs[w].token, qpn: qpn, psn: psn}
 	if _, err := c.Write(req.marshal()); err != nil {
@@ -268,18 +264,12 @@ func (v *verbsProvider) accept(ln net.Listener) {
 // serve answers one handshake.
 func (v *verbsProvider) serve(c net.Conn) {
 	defer c.Close()
-	e := v.e
-	e.mu.Lock()
-	ok := v.track(c, true)
-	e.mu.Unlock()
+	release, ok := v.hold(c)
 	if !ok {
 		return
 	}
-	defer func() {
-		e.mu.Lock()
-		v.track(c, false)
-		e.mu.Unlock()
-	}()
+	defer release()
+	e := v.e
 	c.SetDeadline(time.Now().Add(vHandshakeTimeout))
 	req, err := readHello(c)
 	if err != nil {
