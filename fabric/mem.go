@@ -29,8 +29,24 @@ func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b
 // lookup returns the registration covering b and b's offset in it: nil
 // when b is not AllocMem memory (or is empty).
 func (m *memRegistry) lookup(pd *verbs.PD, b []byte) (*verbs.MR, uint64, error) {
-	if len(b) == 0 {
+	r := m.find(b)
+	if r == nil {
 		return nil, 0, nil
+	}
+	if r.mr == nil {
+		mr, err := pd.Register(r.mem, verbs.AccessAll)
+		if err != nil {
+			return nil, 0, fmt.Errorf("fabric: registering %d bytes: %w", r.mem.Len(), err)
+		}
+		r.mr = mr
+	}
+	return r.mr, uint64(addrOf(b) - r.lo), nil
+}
+
+// find returns the region that holds all of b, or nil.
+func (m *memRegistry) find(b []byte) *memRegion {
+	if len(b) == 0 {
+		return nil
 	}
 	p := addrOf(b)
 	i, _ := slices.BinarySearchFunc(m.regions, p, func(r *memRegion, p uintptr) int {
@@ -43,20 +59,13 @@ func (m *memRegistry) lookup(pd *verbs.PD, b []byte) (*verbs.MR, uint64, error) 
 		return 0
 	})
 	if i == len(m.regions) {
-		return nil, 0, nil
+		return nil
 	}
 	r := m.regions[i]
 	if p < r.lo || p+uintptr(len(b)) > r.hi {
-		return nil, 0, nil
+		return nil
 	}
-	if r.mr == nil {
-		mr, err := pd.Register(r.mem, verbs.AccessAll)
-		if err != nil {
-			return nil, 0, fmt.Errorf("fabric: registering %d bytes: %w", r.mem.Len(), err)
-		}
-		r.mr = mr
-	}
-	return r.mr, uint64(p - r.lo), nil
+	return r
 }
 
 func (m *memRegistry) add(mem *verbs.Memory) {
