@@ -290,6 +290,10 @@ func (e *engine) cancel(r *op) bool {
 		e.npend--
 		if r.h.kind == frameRTS {
 			delete(e.rdv, r.h.id)
+			// Never sent: a copy the provider staged will not be read.
+			if u, ok := e.route[r.peer].(interface{ unstage(id uint64) }); ok {
+				u.unstage(r.h.id)
+			}
 		}
 	case stActive:
 		e.abort(r.sched, ErrAborted)

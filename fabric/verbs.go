@@ -459,6 +459,15 @@ func (v *verbsProvider) endRead(i int) {
 	v.freeReads = append(v.freeReads, i)
 }
 
+// unstage drops the staged copy of rendezvous message id, which will not
+// be sent after all.
+func (v *verbsProvider) unstage(id uint64) {
+	if mr := v.staged[id]; mr != nil {
+		delete(v.staged, id)
+		v.putStage(mr)
+	}
+}
+
 // getStage returns a registered buffer of at least n bytes.
 func (v *verbsProvider) getStage(n int) (*verbs.MR, error) {
 	c := max(16, bits.Len(uint(n-1)))
@@ -589,10 +598,7 @@ func (v *verbsProvider) received(e *engine, w, k, n int) {
 	}
 	switch h.kind {
 	case frameFIN:
-		if mr := v.staged[h.id]; mr != nil {
-			delete(v.staged, h.id)
-			v.putStage(mr)
-		}
+		v.unstage(h.id) // the peer has read it
 		v.pl = payload{}
 	case frameEager:
 		v.pl = payload{flat: b[vHdr:]}
