@@ -100,8 +100,9 @@ func (ep *Endpoint) Expose(b []byte) (RemoteMem, error) {
 	return RemoteMem{Addr: mr.Addr() + off, Len: uint64(len(b)), Key: mr.RKey()}, nil
 }
 
-// Put starts writing src to peer's memory m at offset off. src must not
-// change until Flush(ctx, peer) returns. It waits (honouring ctx) only if
+// Put starts writing src to the memory m of peer (a world rank, as in
+// every one-sided call) at offset off. src must not change until
+// Flush(ctx, peer) returns. It waits (honouring ctx) only if
 // the queue to the peer is full.
 func (ep *Endpoint) Put(ctx context.Context, peer int, m RemoteMem, off uint64, src []byte) error {
 	return ep.oneSided(ctx, peer, m, off, uint64(len(src)), func(v *verbsProvider, p *verbsPeer) (bool, error) {
