@@ -1,6 +1,10 @@
 // Package fabric is Rivet's runtime: how the processes of a job find each
-// other (bootstrap), and — as it grows — endpoints, providers,
-// communicators and point-to-point messaging.
+// other (bootstrap), the endpoint that reaches them through providers
+// (shared memory on a node, verbs/RDMA between nodes, chosen per peer),
+// communicators and groups, tagged point-to-point messaging, schedules
+// (the engine under the collectives), one-sided primitives over verbs,
+// and the failure knowledge every layer consults (Failed, Health). See
+// docs/fabric.md.
 package fabric
 
 import (

@@ -14,8 +14,10 @@ import (
 	"github.com/rivet-hpc/rivet/verbs"
 )
 
-// The verbs provider: one reliable-connected queue pair per peer, on one
-// device, protection domain and completion queue.
+// The verbs provider: one reliable-connected queue pair per peer, made on
+// first use (verbs_connect.go), all on one device and protection domain;
+// every peer's sends complete on one completion queue, each peer's
+// receives on its own (polled in turn, for fairness).
 //
 // Eager messages (≤ 8 KiB) are RDMA sends into receive buffers posted in
 // advance, vCredits per peer. A sender holds a credit per free buffer at
@@ -39,17 +41,15 @@ import (
 // and every other peer carries on.
 
 const (
-	vHdr         = 48       // frame header on the wire
-	vEager       = 8 << 10  // largest eager payload
-	vCredits     = 64       // receive buffers per peer
-	vSendSlots   = 128      // staging slots for sends that are not inline
-	vInline      = 256      // QP inline capacity; frames up to it go inline
-	vSQ          = 512      // send queue depth per peer
-	vStageKeep   = 64 << 20 // staging memory kept for reuse
-	vCtlWords    = 2        // per world rank: credits from it, its goodbye
-	vMaxReads    = 256      // rendezvous reads in flight
-	vMaxOneSided = 1024     // one-sided operations in flight
-	vFailWait    = time.Second
+	vHdr         = hdrWire + 8 // frame header on the wire: the common form, rkey, credits
+	vEager       = 8 << 10     // largest eager payload
+	vCredits     = 64          // receive buffers per peer
+	vSendSlots   = 128         // staging slots for sends that are not inline
+	vInline      = 256         // QP inline capacity; frames up to it go inline
+	vSQ          = 512         // send queue depth per peer
+	vStageKeep   = 64 << 20    // staging memory kept for reuse
+	vCtlWords    = 2           // per world rank: credits from it, its goodbye
+	vMaxOneSided = 1024        // one-sided operations in flight
 )
 
 // vSlotSize is a buffer for a header and an eager payload, in whole
@@ -152,7 +152,7 @@ type peerFault struct {
 // queue pair for each world rank in peers.
 func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry, e *engine) (_ *verbsProvider, err error) {
 	v := &verbsProvider{me: me, peers: make([]*verbsPeer, size), byQPN: map[uint32]*verbsPeer{},
-		staged: map[uint64]*verbs.MR{}, mem: mem, reads: make([]vRead, 0, vMaxReads),
+		staged: map[uint64]*verbs.MR{}, mem: mem, reads: make([]vRead, 0, 64),
 		oneSided: make([]vOneSided, 0, vMaxOneSided), e: e, addrs: make([]verbsAddr, size), isPeer: make([]bool, size),
 		waited: make([]bool, size)}
 	for _, w := range peers {
@@ -177,7 +177,9 @@ func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry
 	if v.pd, err = v.dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
 	}
-	cqe := len(peers)*vSQ + vSendSlots + vMaxReads + vMaxOneSided
+	// Every completion on it is for a request in a send queue: the peers'
+	// and the loopback pair's.
+	cqe := (len(peers)+1)*vSQ + vSendSlots + vMaxOneSided
 	if max := v.dev.Attr().MaxCQE; max > 0 && cqe > max {
 		return nil, fmt.Errorf("fabric: verbs provider: %d peers need %d completion queue entries, %s has %d", len(peers), cqe, v.dev.Name(), max)
 	}
@@ -399,9 +401,9 @@ func (v *verbsProvider) send(peer int, h *hdr, payload []byte) bool {
 // engine hears of the end through readDone.
 func (v *verbsProvider) read(peer int, r *op, dst []byte, id, addr uint64, key uint32) (bool, error) {
 	if len(v.freeReads) == 0 {
-		if len(v.reads) >= vMaxReads {
-			return true, fmt.Errorf("fabric: internal: %d rendezvous reads in flight", len(v.reads))
-		}
+		// The table grows as needed (entries hold slices, not arrays, so
+		// moving them moves nothing a posted request points into); the
+		// send queues bound the reads actually in flight.
 		v.reads = append(v.reads, vRead{})
 		v.freeReads = append(v.freeReads, len(v.reads)-1)
 	}
