@@ -63,18 +63,34 @@ func builtin[T any](name string, fn func(in, inout []T)) Op {
 
 // Sum is MPI_SUM.
 func Sum[T Number | ~complex64 | ~complex128]() Op {
+	o := builtin[T]("sum", sumFn[T])
+	// Integers and floats add in packed lanes (sum_amd64.s): Go does
+	// not vectorize sumFn. Signed integers wrap as unsigned ones do.
 	var z T
-	if unsafe.Sizeof(z) == 1 && reflect.TypeFor[T]().Kind() != reflect.Bool {
-		// Bytes add 8 at a time, in words: Go does not vectorize the loop.
-		return Op{name: "sum", commutative: true, elem: reflect.TypeFor[T](), fn: sumBytes}
+	switch reflect.TypeFor[T]().Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		o.fn = [...]func(in, inout []byte){1: sumBytes, 2: sumU16, 4: sumU32, 8: sumU64}[unsafe.Sizeof(z)]
+	case reflect.Float32:
+		o.fn = sumF32
+	case reflect.Float64:
+		o.fn = sumF64
 	}
-	return builtin[T]("sum", sumFn[T])
+	return o
 }
 
-// sumBytes adds byte-wise (wrapping), eight lanes per 64-bit word: the
-// low seven bits of each lane add without crossing lanes, and the top
-// bit is the XOR of the operands' top bits and the carry into it.
+// sumBytes adds byte-wise (wrapping): 64 bytes at a time in packed
+// lanes, the rest eight lanes per 64-bit word — the low seven bits of
+// each lane add without crossing lanes, and the top bit is the XOR of
+// the operands' top bits and the carry into it.
 func sumBytes(in, inout []byte) {
+	in = in[:len(inout)]
+	k := 0
+	if haveSumKernels {
+		sum8x64(in, inout)
+		k = len(inout) &^ 63
+	}
+	in, inout = in[k:], inout[k:]
 	const lo, hi = 0x7f7f7f7f7f7f7f7f, 0x8080808080808080
 	n := len(inout) / 8
 	if n > 0 {
@@ -89,6 +105,23 @@ func sumBytes(in, inout []byte) {
 		inout[i] += in[i]
 	}
 }
+
+// sumPacked adds with kernel over whole 64-byte blocks and in Go after.
+func sumPacked[T Number](kernel func(in, inout []byte), in, inout []byte) {
+	in = in[:len(inout)]
+	k := 0
+	if haveSumKernels {
+		kernel(in, inout)
+		k = len(inout) &^ 63
+	}
+	sumFn(view[T](in[k:]), view[T](inout[k:]))
+}
+
+func sumU16(in, inout []byte) { sumPacked[uint16](sum16x64, in, inout) }
+func sumU32(in, inout []byte) { sumPacked[uint32](sum32x64, in, inout) }
+func sumU64(in, inout []byte) { sumPacked[uint64](sum64x64, in, inout) }
+func sumF32(in, inout []byte) { sumPacked[float32](sumF32x64, in, inout) }
+func sumF64(in, inout []byte) { sumPacked[float64](sumF64x64, in, inout) }
 
 // Prod is MPI_PROD.
 func Prod[T Number | ~complex64 | ~complex128]() Op { return builtin[T]("prod", prodFn[T]) }
