@@ -63,20 +63,36 @@ func builtin[T any](name string, fn func(in, inout []T)) Op {
 
 // Sum is MPI_SUM.
 func Sum[T Number | ~complex64 | ~complex128]() Op {
-	o := builtin[T]("sum", sumFn[T])
-	// Integers and floats add in packed lanes (sum_amd64.s): Go does
-	// not vectorize sumFn. Signed integers wrap as unsigned ones do.
+	if fn := packedSum[T](); fn != nil {
+		return Op{name: "sum", commutative: true, elem: reflect.TypeFor[T](), fn: fn}
+	}
+	return builtin[T]("sum", sumFn[T])
+}
+
+// packedSum is the sum in packed lanes (sum_amd64.s) for integer and
+// float elements, or nil: Go does not vectorize sumFn. Signed integers
+// wrap as unsigned ones do.
+func packedSum[T any]() func(in, inout []byte) {
 	var z T
 	switch reflect.TypeFor[T]().Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		o.fn = [...]func(in, inout []byte){1: sumBytes, 2: sumU16, 4: sumU32, 8: sumU64}[unsafe.Sizeof(z)]
+		switch unsafe.Sizeof(z) {
+		case 1:
+			return sumBytes
+		case 2:
+			return sumU16
+		case 4:
+			return sumU32
+		case 8:
+			return sumU64
+		}
 	case reflect.Float32:
-		o.fn = sumF32
+		return sumF32
 	case reflect.Float64:
-		o.fn = sumF64
+		return sumF64
 	}
-	return o
+	return nil
 }
 
 // sumBytes adds byte-wise (wrapping): 64 bytes at a time in packed
