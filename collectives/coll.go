@@ -219,12 +219,19 @@ func Ireduce[T any](c *fabric.Comm, send, recv []T, op Op, root int) (fabric.Req
 // Allreduce combines every process's send with op into every recv
 // (MPI_Allreduce). With send nil, recv holds the operand (in place).
 func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
-	r, err := Iallreduce(c, send, recv, op)
+	r, err := iallreduce(c, send, recv, op, true)
 	return wait(ctx, r, err)
 }
 
-// Iallreduce is the nonblocking Allreduce.
+// Iallreduce is the nonblocking Allreduce. (It never takes the
+// shared_slots algorithm, which needs each call to complete before the
+// next starts; MPI does not match blocking and nonblocking collectives
+// with each other, so the two may differ.)
 func Iallreduce[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
+	return iallreduce(c, send, recv, op, false)
+}
+
+func iallreduce[T any](c *fabric.Comm, send, recv []T, op Op, blocking bool) (fabric.Request, error) {
 	if err := checkOp[T](op); err != nil {
 		return fabric.Request{}, err
 	}
@@ -249,6 +256,10 @@ func Iallreduce[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, e
 		copy(acc, bytesOf(send))
 	}
 	switch algo {
+	case SharedSlots:
+		if !blocking || !s.NodeAllreduce(acc, op.fn) {
+			allreduceRecursiveDoubling(s, acc, op, me, n)
+		}
 	case Rabenseifner:
 		allreduceRabenseifner(s, acc, op, size[T](), me, n)
 	case ReduceBcast:

@@ -270,6 +270,16 @@ func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 	if me != 0 && !errors.Is(err, fabric.ErrMismatch) && !errors.Is(err, fabric.ErrTruncated) {
 		return fail("mismatched bcast: %v", err)
 	}
+	// A small allreduce whose lengths differ (on one node: through shared
+	// memory) is a mismatch at every rank, which all see every length.
+	slots := forcedFor("allreduce") == Auto || forcedFor("allreduce") == SharedSlots
+	for r := 0; r < n; r++ {
+		slots = slots && (r == me || ep.Provider(r) == "shm")
+	}
+	err = Allreduce(ctx, c, make([]int64, cnt), make([]int64, cnt), Sum[int64]())
+	if slots && !errors.Is(err, fabric.ErrMismatch) {
+		return fail("mismatched allreduce through shared memory: %v", err)
+	}
 	// Still in step.
 	got := make([]int64, 1)
 	if err := Allreduce(ctx, c, []int64{1}, got, Sum[int64]()); err != nil || got[0] != int64(n) {

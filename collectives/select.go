@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/rivet-hpc/rivet/fabric"
 )
 
 // Algorithm names a collective algorithm.
@@ -23,6 +25,7 @@ const (
 	RecursiveDoubling Algorithm = "recursive_doubling" // allreduce, allgather (2^k ranks), scan
 	Ring              Algorithm = "ring"               // allreduce (commutative), allgather(v), reduce_scatter
 	ReduceBcast       Algorithm = "reduce_bcast"       // allreduce
+	SharedSlots       Algorithm = "shared_slots"       // allreduce: vectors in shared memory (world, one node, ≤ 1 KiB)
 	Rabenseifner      Algorithm = "rabenseifner"       // allreduce: recursive halving + doubling
 	Linear            Algorithm = "linear"             // gather(v), scatter(v), alltoall(v)
 	Pairwise          Algorithm = "pairwise"           // alltoall(v)
@@ -35,7 +38,7 @@ var algorithms = map[string][]Algorithm{
 	"barrier":        {SharedFlags, Dissemination, Tree},
 	"bcast":          {Binomial, ScatterAllgather},
 	"reduce":         {Binomial},
-	"allreduce":      {RecursiveDoubling, Ring, Rabenseifner, ReduceBcast},
+	"allreduce":      {SharedSlots, RecursiveDoubling, Ring, Rabenseifner, ReduceBcast},
 	"gather":         {Binomial, Linear},
 	"scatter":        {Binomial, Linear},
 	"allgather":      {RecursiveDoubling, Ring, Bruck},
@@ -139,7 +142,10 @@ func choose(coll string, bytes, n int, commutative bool) Algorithm {
 		}
 		if a == Auto {
 			a = RecursiveDoubling
-			if bytes >= 64<<10 && commutative {
+			switch {
+			case bytes <= fabric.NodeAllreduceMax:
+				a = SharedSlots // falls back to recursive doubling where it cannot serve
+			case bytes >= 64<<10 && commutative:
 				a = Ring
 			}
 		}

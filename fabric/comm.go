@@ -35,9 +35,10 @@ type Comm struct {
 	index []int // world rank -> comm rank, or -1
 	freed atomic.Bool
 
-	collSeq atomic.Int64             // schedules started: the next one's tag
-	epoch   uint64                   // node barriers entered (world only)
-	spare   atomic.Pointer[Schedule] // the last finished schedule, for the next
+	collSeq   atomic.Int64             // schedules started: the next one's tag
+	epoch     uint64                   // node barriers entered (world only)
+	slotEpoch uint64                   // node allreduces entered (world only)
+	spare     atomic.Pointer[Schedule] // the last finished schedule, for the next
 }
 
 // Endpoint returns the endpoint c belongs to.

@@ -59,6 +59,8 @@ const (
 	stepLeft          // b = b ⊕ a, for fn not commutative: c is scratch
 	stepCopy          // copy(a, b)
 	stepPublish       // store val at this process's segment word off
+	stepSlotWrite     // NodeAllreduce: put a in this process's slot for val
+	stepSlotReduce    // NodeAllreduce: fold every slot for val into b with fn
 )
 
 // onNode reports whether c is the world communicator with every process
@@ -115,6 +117,10 @@ func (st *schedStep) run() error {
 		copy(st.a, st.b)
 	case stepPublish:
 		st.shm.publish(st.off, st.val)
+	case stepSlotWrite:
+		st.shm.slotWrite(st.a, st.val)
+	case stepSlotReduce:
+		return st.shm.slotReduce(st.b, st.fn, st.val)
 	default:
 		return st.f()
 	}

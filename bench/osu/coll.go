@@ -26,8 +26,10 @@ type Collective struct {
 	Title       string
 	nonblocking bool
 	sized       bool // has a size column (all but barrier)
-	// start runs one operation on size bytes; bufs are sized for the
-	// largest message.
+	// call runs one blocking operation on size bytes (as OSU's blocking
+	// tests call MPI_Allreduce and not MPI_Iallreduce + MPI_Wait), start
+	// one nonblocking operation; bufs are sized for the largest message.
+	call  func(ctx context.Context, c *fabric.Comm, b *collBufs, size int) error
 	start func(c *fabric.Comm, b *collBufs, size int) (fabric.Request, error)
 }
 
@@ -37,31 +39,31 @@ var sumBytes = collectives.Sum[byte]()
 
 // Collectives are OSU 7.4's collective benchmarks that Rivet runs.
 var Collectives = []Collective{
-	{Name: "osu_barrier", Title: "OSU MPI Barrier Latency Test", start: func(c *fabric.Comm, _ *collBufs, _ int) (fabric.Request, error) {
-		return collectives.Ibarrier(c)
+	{Name: "osu_barrier", Title: "OSU MPI Barrier Latency Test", call: func(ctx context.Context, c *fabric.Comm, _ *collBufs, _ int) error {
+		return collectives.Barrier(ctx, c)
 	}},
-	{Name: "osu_bcast", Title: "OSU MPI Broadcast Latency Test", sized: true, start: func(c *fabric.Comm, b *collBufs, n int) (fabric.Request, error) {
-		return collectives.Ibcast(c, b.send[:n], 0)
+	{Name: "osu_bcast", Title: "OSU MPI Broadcast Latency Test", sized: true, call: func(ctx context.Context, c *fabric.Comm, b *collBufs, n int) error {
+		return collectives.Bcast(ctx, c, b.send[:n], 0)
 	}},
-	{Name: "osu_reduce", Title: "OSU MPI Reduce Latency Test", sized: true, start: func(c *fabric.Comm, b *collBufs, n int) (fabric.Request, error) {
-		return collectives.Ireduce(c, b.send[:n], b.recv[:n], sumBytes, 0)
+	{Name: "osu_reduce", Title: "OSU MPI Reduce Latency Test", sized: true, call: func(ctx context.Context, c *fabric.Comm, b *collBufs, n int) error {
+		return collectives.Reduce(ctx, c, b.send[:n], b.recv[:n], sumBytes, 0)
 	}},
-	{Name: "osu_allreduce", Title: "OSU MPI Allreduce Latency Test", sized: true, start: func(c *fabric.Comm, b *collBufs, n int) (fabric.Request, error) {
-		return collectives.Iallreduce(c, b.send[:n], b.recv[:n], sumBytes)
+	{Name: "osu_allreduce", Title: "OSU MPI Allreduce Latency Test", sized: true, call: func(ctx context.Context, c *fabric.Comm, b *collBufs, n int) error {
+		return collectives.Allreduce(ctx, c, b.send[:n], b.recv[:n], sumBytes)
 	}},
-	{Name: "osu_allgather", Title: "OSU MPI Allgather Latency Test", sized: true, start: func(c *fabric.Comm, b *collBufs, n int) (fabric.Request, error) {
-		return collectives.Iallgather(c, b.send[:n], b.recv[:n*c.Size()])
+	{Name: "osu_allgather", Title: "OSU MPI Allgather Latency Test", sized: true, call: func(ctx context.Context, c *fabric.Comm, b *collBufs, n int) error {
+		return collectives.Allgather(ctx, c, b.send[:n], b.recv[:n*c.Size()])
 	}},
-	{Name: "osu_alltoall", Title: "OSU MPI All-to-All Personalized Exchange Latency Test", sized: true, start: func(c *fabric.Comm, b *collBufs, n int) (fabric.Request, error) {
-		return collectives.Ialltoall(c, b.send[:n*c.Size()], b.recv[:n*c.Size()])
+	{Name: "osu_alltoall", Title: "OSU MPI All-to-All Personalized Exchange Latency Test", sized: true, call: func(ctx context.Context, c *fabric.Comm, b *collBufs, n int) error {
+		return collectives.Alltoall(ctx, c, b.send[:n*c.Size()], b.recv[:n*c.Size()])
 	}},
-	{Name: "osu_gather", Title: "OSU MPI Gather Latency Test", sized: true, start: func(c *fabric.Comm, b *collBufs, n int) (fabric.Request, error) {
-		return collectives.Igather(c, b.send[:n], b.recv[:n*c.Size()], 0)
+	{Name: "osu_gather", Title: "OSU MPI Gather Latency Test", sized: true, call: func(ctx context.Context, c *fabric.Comm, b *collBufs, n int) error {
+		return collectives.Gather(ctx, c, b.send[:n], b.recv[:n*c.Size()], 0)
 	}},
-	{Name: "osu_scatter", Title: "OSU MPI Scatter Latency Test", sized: true, start: func(c *fabric.Comm, b *collBufs, n int) (fabric.Request, error) {
-		return collectives.Iscatter(c, b.send[:n*c.Size()], b.recv[:n], 0)
+	{Name: "osu_scatter", Title: "OSU MPI Scatter Latency Test", sized: true, call: func(ctx context.Context, c *fabric.Comm, b *collBufs, n int) error {
+		return collectives.Scatter(ctx, c, b.send[:n*c.Size()], b.recv[:n], 0)
 	}},
-	{Name: "osu_reduce_scatter", Title: "OSU MPI Reduce_scatter Latency Test", sized: true, start: func(c *fabric.Comm, b *collBufs, n int) (fabric.Request, error) {
+	{Name: "osu_reduce_scatter", Title: "OSU MPI Reduce_scatter Latency Test", sized: true, call: func(ctx context.Context, c *fabric.Comm, b *collBufs, n int) error {
 		counts := make([]int, c.Size())
 		for i := range counts {
 			counts[i] = n / c.Size()
@@ -69,7 +71,7 @@ var Collectives = []Collective{
 				counts[i]++
 			}
 		}
-		return collectives.IreduceScatter(c, b.send[:n], b.recv[:counts[c.Rank()]], counts, sumBytes)
+		return collectives.ReduceScatter(ctx, c, b.send[:n], b.recv[:counts[c.Rank()]], counts, sumBytes)
 	}},
 	{Name: "osu_ibarrier", Title: "OSU MPI Non-blocking Barrier Latency Test", nonblocking: true, start: func(c *fabric.Comm, _ *collBufs, _ int) (fabric.Request, error) {
 		return collectives.Ibarrier(c)
@@ -202,9 +204,14 @@ func (b Collective) Run(ctx context.Context, c *fabric.Comm, o CollOptions, w io
 func (b Collective) latency(ctx context.Context, c *fabric.Comm, bufs *collBufs, size, iters, warm int) (float64, error) {
 	run := func(k int) error {
 		for i := 0; i < k; i++ {
-			r, err := b.start(c, bufs, size)
-			if err == nil {
-				_, err = r.Wait(ctx)
+			var err error
+			if b.call != nil {
+				err = b.call(ctx, c, bufs, size)
+			} else {
+				var r fabric.Request
+				if r, err = b.start(c, bufs, size); err == nil {
+					_, err = r.Wait(ctx)
+				}
 			}
 			if err != nil {
 				return err
