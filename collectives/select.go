@@ -145,7 +145,10 @@ func choose(coll string, bytes, n int, commutative bool) Algorithm {
 			switch {
 			case bytes <= fabric.NodeAllreduceMax:
 				a = SharedSlots // falls back to recursive doubling where it cannot serve
-			case bytes >= 64<<10 && commutative:
+			case bytes >= 32<<10 && commutative:
+				// From 32 KiB recursive doubling's whole-vector messages
+				// leave shared memory's 16 KiB eager limit for rendezvous;
+				// the ring's are halves or less.
 				a = Ring
 			}
 		}
