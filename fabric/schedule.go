@@ -54,13 +54,13 @@ type schedStep struct {
 }
 
 const (
-	stepFunc    uint8 = iota
-	stepReduce        // fn(a, b): b = a ⊕ b
-	stepLeft          // b = b ⊕ a, for fn not commutative: c is scratch
-	stepCopy          // copy(a, b)
-	stepPublish       // store val at this process's segment word off
-	stepSlotWrite     // NodeAllreduce: put a in this process's slot for val
-	stepSlotReduce    // NodeAllreduce: fold every slot for val into b with fn
+	stepFunc       uint8 = iota
+	stepReduce           // fn(a, b): b = a ⊕ b
+	stepLeft             // b = b ⊕ a, for fn not commutative: c is scratch
+	stepCopy             // copy(a, b)
+	stepPublish          // store val at this process's segment word off
+	stepSlotWrite        // NodeAllreduce: put a in this process's slot for val
+	stepSlotReduce       // NodeAllreduce: fold every slot for val into b with fn
 )
 
 // onNode reports whether c is the world communicator with every process
