@@ -100,12 +100,7 @@ func packedSum[T any]() func(in, inout []byte) {
 // each lane add without crossing lanes, and the top bit is the XOR of
 // the operands' top bits and the carry into it.
 func sumBytes(in, inout []byte) {
-	in = in[:len(inout)]
-	k := 0
-	if haveSumKernels {
-		sum8x64(in, inout)
-		k = len(inout) &^ 63
-	}
+	k := packed(sum8x64, in, inout)
 	in, inout = in[k:], inout[k:]
 	const lo, hi = 0x7f7f7f7f7f7f7f7f, 0x8080808080808080
 	n := len(inout) / 8
@@ -122,14 +117,20 @@ func sumBytes(in, inout []byte) {
 	}
 }
 
+// packed runs kernel over inout's whole 64-byte blocks, if this
+// architecture has kernels, and returns how many bytes it covered.
+func packed(kernel func(in, inout []byte), in, inout []byte) int {
+	in = in[:len(inout)] // in's bounds checked here, not in assembly or unsafe code
+	if !haveSumKernels {
+		return 0
+	}
+	kernel(in, inout)
+	return len(inout) &^ 63
+}
+
 // sumPacked adds with kernel over whole 64-byte blocks and in Go after.
 func sumPacked[T Number](kernel func(in, inout []byte), in, inout []byte) {
-	in = in[:len(inout)]
-	k := 0
-	if haveSumKernels {
-		kernel(in, inout)
-		k = len(inout) &^ 63
-	}
+	k := packed(kernel, in, inout)
 	sumFn(view[T](in[k:]), view[T](inout[k:]))
 }
 

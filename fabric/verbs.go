@@ -231,10 +231,8 @@ func (v *verbsProvider) newPeer(w int) (_ *verbsPeer, err error) {
 		MaxRecvWR: vCredits, MaxInline: vInline}); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: queue pair for rank %d: %w", w, err)
 	}
-	for k := 0; k < vCredits; k++ {
-		if err := v.postRecv(p, k); err != nil {
-			return nil, err
-		}
+	if err := v.postRecvs(p, 0, vCredits); err != nil {
+		return nil, err
 	}
 	p.ctl = v.addrs[w].ctl
 	v.peers[w], v.byQPN[p.qp.QPN()] = p, p
@@ -310,10 +308,15 @@ func (v *verbsProvider) failureBound() time.Duration {
 	return verbs.RetryBound(verbs.DefaultTimeout, verbs.DefaultRetryCount)
 }
 
-// postRecv posts p's receive buffer k; its work request ID names both.
-func (v *verbsProvider) postRecv(p *verbsPeer, k int) error {
-	v.sge[0] = verbs.SGE{MR: p.recv, Offset: uint64(k * vSlotSize), Length: vSlotSize}
-	return p.qp.PostRecv(verbs.RecvWR{ID: wrRecv | uint64(p.world)<<8 | uint64(k), Local: v.sge[:]})
+// postRecvs posts p's receive buffers first, first+1, … (mod vCredits),
+// n of them, with one call; a work request ID names the peer and buffer.
+func (v *verbsProvider) postRecvs(p *verbsPeer, first uint32, n int) error {
+	for i := 0; i < n; i++ {
+		k := int(first+uint32(i)) % vCredits
+		v.rsge[i] = verbs.SGE{MR: p.recv, Offset: uint64(k * vSlotSize), Length: vSlotSize}
+		v.rwr[i] = verbs.RecvWR{ID: wrRecv | uint64(p.world)<<8 | uint64(k), Local: v.rsge[i : i+1]}
+	}
+	return p.qp.PostRecv(v.rwr[:n]...)
 }
 
 func (v *verbsProvider) ctlWord(w, k int) *uint64 {
@@ -667,12 +670,7 @@ func (v *verbsProvider) received(e *engine, w, k, n int) {
 // call, and returns the credits for them.
 func (v *verbsProvider) repost(p *verbsPeer) {
 	n := int(p.taken - p.consumed)
-	for i := 0; i < n; i++ {
-		k := int(p.consumed+uint32(i)) % vCredits
-		v.rsge[i] = verbs.SGE{MR: p.recv, Offset: uint64(k * vSlotSize), Length: vSlotSize}
-		v.rwr[i] = verbs.RecvWR{ID: wrRecv | uint64(p.world)<<8 | uint64(k), Local: v.rsge[i : i+1]}
-	}
-	if err := p.qp.PostRecv(v.rwr[:n]...); err != nil {
+	if err := v.postRecvs(p, p.consumed, n); err != nil {
 		p.taken = p.consumed // once: the peer is failed for it
 		v.dead = append(v.dead, peerFault{p.world, err})
 		return
