@@ -399,6 +399,10 @@ func (ep *Endpoint) Close() error {
 }
 
 func (ep *Endpoint) closeProviders() {
+	v := ep.verbs
+	if v != nil {
+		defer v.waitHandshakes() // after the unlock: they take e.mu to finish
+	}
 	ep.e.mu.Lock()
 	defer ep.e.mu.Unlock()
 	if ep.e.health != nil {

@@ -1,11 +1,13 @@
 package fabric
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -136,6 +138,9 @@ type verbsProvider struct {
 	conns   map[net.Conn]bool // handshakes in progress
 	token   [16]byte          // proves a handshake comes from this job
 	closing bool
+	hs      sync.WaitGroup  // handshake goroutines (handshakeGo)
+	hsCtx   context.Context // ends at close: dials in progress stop
+	hsStop  context.CancelFunc
 
 	oneSided     []vOneSided // one-sided operations in flight
 	freeOneSided []int
@@ -803,6 +808,9 @@ func (v *verbsProvider) close() error {
 		v.selfT.Close()
 	}
 	v.closing = true
+	if v.hsStop != nil {
+		v.hsStop()
+	}
 	if v.ln != nil {
 		v.ln.Close()
 	}

@@ -61,12 +61,29 @@ func (v *verbsProvider) listen() error {
 	}
 	v.ln = ln
 	v.conns = map[net.Conn]bool{}
+	v.hsCtx, v.hsStop = context.WithCancel(context.Background())
 	return nil
 }
 
 // serveHandshakes starts answering handshakes, once every peer's address
 // is known (a peer that dials earlier waits in the listen backlog).
-func (v *verbsProvider) serveHandshakes() { go v.accept(v.ln) }
+func (v *verbsProvider) serveHandshakes() { v.handshakeGo(func() { v.accept(v.ln) }) }
+
+// handshakeGo runs f in a goroutine that close waits for (a socket it
+// holds must not outlive the endpoint); with e.mu held, or from another
+// such goroutine.
+func (v *verbsProvider) handshakeGo(f func()) {
+	v.hs.Add(1)
+	go func() {
+		defer v.hs.Done()
+		f()
+	}()
+}
+
+// waitHandshakes waits, after close and without e.mu, until every
+// handshake goroutine has closed its socket and returned: close ended
+// their connections and dials, so that is soon.
+func (v *verbsProvider) waitHandshakes() { v.hs.Wait() }
 
 // hold records c as open until release is called, so that close ends
 // every handshake in progress; ok is false if the provider is closing.
@@ -114,7 +131,7 @@ func (v *verbsProvider) setAddr(w int, b []byte) error {
 // way; with e.mu held.
 func (v *verbsProvider) connect(w int) {
 	p := v.peers[w]
-	if p != nil && (p.ready || p.dialing || p.dead) {
+	if v.closing || p != nil && (p.ready || p.dialing || p.dead) {
 		return
 	}
 	if p == nil {
@@ -125,7 +142,8 @@ func (v *verbsProvider) connect(w int) {
 		}
 	}
 	p.dialing = true
-	go v.dial(w, p.qp.QPN(), p.qp.PSN())
+	qpn, psn := p.qp.QPN(), p.qp.PSN()
+	v.handshakeGo(func() { v.dial(w, qpn, psn) })
 }
 
 // deadNoPeer records that no queue pair could be made for world rank w;
@@ -196,7 +214,7 @@ func (v *verbsProvider) dial(w int, qpn, psn uint32) {
 }
 
 func (v *verbsProvider) handshake(w int, qpn, psn uint32) error {
-	ctx, cancel := context.WithTimeout(context.Background(), vHandshakeTimeout)
+	ctx, cancel := context.WithTimeout(v.hsCtx, vHandshakeTimeout)
 	defer cancel()
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", v.addrs[w].tcp)
@@ -257,7 +275,7 @@ func (v *verbsProvider) accept(ln net.Listener) {
 		if err != nil {
 			return // closed
 		}
-		go v.serve(c)
+		v.handshakeGo(func() { v.serve(c) })
 	}
 }
 

@@ -338,10 +338,12 @@ func progLazy(ctx context.Context, ep *Endpoint) error {
 	if _, err := w.Sendrecv(ctx, []byte{byte(me)}, mate, 1, got, mate, 1); err != nil || int(got[0]) != mate {
 		failf("pair: %v", err)
 	}
-	must(ep.boot.Fence(ctx), "fence") // the pairs are done
+	// Checked before the fence: past it, a cross partner may connect to
+	// us at any moment.
 	if got := qps(); len(got) != 1 || got[0] != mate {
 		failf("queue pairs for %v after talking to %d alone", got, mate)
 	}
+	must(ep.boot.Fence(ctx), "fence") // the pairs are done
 	partner := (me + 3) % 4
 	if me%2 == 1 {
 		partner = (me + 1) % 4
