@@ -113,6 +113,11 @@ func countErr(format string, args ...any) error {
 
 // Barrier blocks until every process of c has entered it (MPI_Barrier).
 func Barrier(ctx context.Context, c *fabric.Comm) error {
+	if c != nil && choose("barrier", 0, c.Size(), true) == SharedFlags {
+		if ok, err := c.NodeSync(ctx); ok {
+			return err
+		}
+	}
 	r, err := Ibarrier(c)
 	return wait(ctx, r, err)
 }
@@ -219,7 +224,7 @@ func Ireduce[T any](c *fabric.Comm, send, recv []T, op Op, root int) (fabric.Req
 // Allreduce combines every process's send with op into every recv
 // (MPI_Allreduce). With send nil, recv holds the operand (in place).
 func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
-	r, err := iallreduce(c, send, recv, op, true)
+	r, err := iallreduce(ctx, c, send, recv, op, true)
 	return wait(ctx, r, err)
 }
 
@@ -228,15 +233,27 @@ func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op
 // next starts; MPI does not match blocking and nonblocking collectives
 // with each other, so the two may differ.)
 func Iallreduce[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
-	return iallreduce(c, send, recv, op, false)
+	return iallreduce(context.Background(), c, send, recv, op, false)
 }
 
-func iallreduce[T any](c *fabric.Comm, send, recv []T, op Op, blocking bool) (fabric.Request, error) {
+// iallreduce starts an allreduce; a blocking one (ctx is its caller's)
+// may instead run to completion here, returning the null request.
+func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op, blocking bool) (fabric.Request, error) {
 	if err := checkOp[T](op); err != nil {
 		return fabric.Request{}, err
 	}
 	if send != nil && len(send) != len(recv) {
 		return fabric.Request{}, countErr("send has %d elements, recv %d", len(send), len(recv))
+	}
+	if blocking && c != nil && checkType[T]() == nil &&
+		choose("allreduce", len(recv)*size[T](), c.Size(), op.commutative) == SharedSlots {
+		acc := bytesOf(recv)
+		if send != nil {
+			copy(acc, bytesOf(send))
+		}
+		if ok, err := c.NodeAllreduce(ctx, acc, op.fn); ok {
+			return fabric.Request{}, err
+		}
 	}
 	s, err := begin[T](c, noRoot)
 	if err != nil {
@@ -256,10 +273,8 @@ func iallreduce[T any](c *fabric.Comm, send, recv []T, op Op, blocking bool) (fa
 		copy(acc, bytesOf(send))
 	}
 	switch algo {
-	case SharedSlots:
-		if !blocking || !s.NodeAllreduce(acc, op.fn) {
-			allreduceRecursiveDoubling(s, acc, op, me, n)
-		}
+	case SharedSlots: // where NodeAllreduce cannot serve
+		allreduceRecursiveDoubling(s, acc, op, me, n)
 	case Rabenseifner:
 		allreduceRabenseifner(s, acc, op, size[T](), me, n)
 	case ReduceBcast:

@@ -313,6 +313,8 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 		err = Reduce(ctx, c, big, make([]int64, len(big)), Sum[int64](), 0)
 	case "allreduce":
 		err = Allreduce(ctx, c, big, make([]int64, len(big)), Sum[int64]())
+	case "allreduce_small": // shared_slots
+		err = Allreduce(ctx, c, big[:8], make([]int64, 8), Sum[int64]())
 	case "gather":
 		err = Gather(ctx, c, big[:100], make([]int64, 100*n), 0)
 	case "scatter":
@@ -338,7 +340,7 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 }
 
 func TestRankKilled(t *testing.T) {
-	for _, coll := range []string{"barrier", "bcast", "reduce", "allreduce", "gather", "scatter", "allgather", "alltoall", "reduce_scatter", "scan"} {
+	for _, coll := range []string{"barrier", "bcast", "reduce", "allreduce", "allreduce_small", "gather", "scatter", "allgather", "alltoall", "reduce_scatter", "scan"} {
 		t.Run(coll, func(t *testing.T) {
 			out, errs, st := runJob(t, 4, "kill", true, "RIVET_COLL_KILL="+coll)
 			if st != 137 {
@@ -406,6 +408,12 @@ func progCtx(ctx context.Context, ep *fabric.Endpoint) error {
 	err := Allreduce(short, c, []int64{1}, make([]int64, 1), Sum[int64]())
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > time.Second {
 		return fail("allreduce with a 100 ms deadline: %v after %v", err, time.Since(t0))
+	}
+	short, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	t0 = time.Now()
+	if err := Barrier(short, c); !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > time.Second {
+		return fail("barrier with a 100 ms deadline: %v after %v", err, time.Since(t0))
 	}
 	return nil
 }

@@ -1,12 +1,13 @@
 package fabric
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 )
 
-// Node allreduce: small vectors meet in shared memory. Each process has
+// Node collectives: a barrier and small allreduces meet in shared memory. Each process has
 // two slots in its segment's header page, used by turns (the parity of
 // the allreduce's sequence number). A slot starts with the sequence
 // number of the allreduce it holds, stored last, then the vector's length
@@ -25,36 +26,111 @@ const (
 // The slots fit in the segment's header page.
 var _ [shmHeader - segSlots - 2*segSlotSize]struct{}
 
-// NodeAllreduce reports whether c can reduce acc through shared memory —
-// c is the world communicator, every process is on this node, and acc is
-// at most NodeAllreduceMax bytes — and if so adds rounds that do: each
-// process puts acc in a slot of its own segment and publishes it, and once
-// every peer has, each folds all the slots in rank order into acc, reading
-// its peers' straight from their segments. Every process computes the
-// same folds in the same order, so all get the same bits, and fn need not
-// be commutative (it is used as Reduce's: fn(in, inout), in holding the
-// lower ranks' operand). That is one cache-line hand-off per peer where
-// recursive doubling exchanges log₂ p messages.
+// NodeAllreduce is a blocking allreduce through shared memory. It reports
+// false, doing nothing, unless c is the world communicator, every process
+// is on this node, and acc is at most NodeAllreduceMax bytes. Otherwise
+// each process puts acc in a slot of its own segment and publishes it,
+// and once every peer has, each folds all the slots in rank order into
+// acc, reading its peers' straight from their segments. Every process
+// computes the same folds in the same order, so all get the same bits,
+// and fn need not be commutative (it is used as Reduce's: fn(in, inout),
+// in holding the lower ranks' operand). That is one cache-line hand-off
+// per peer where recursive doubling exchanges log₂ p messages, and no
+// schedule: the call waits on the slots' sequence words directly.
 //
-// It is for blocking allreduces: a process must not start the next one
-// until this one has completed there. Then a slot is never refilled while
-// a peer may still read it — refilling it is two allreduces later, and the
-// one between cannot complete before every peer has finished this one.
-// Every member must call it at the same points, like any collective.
-func (s *Schedule) NodeAllreduce(acc []byte, fn func(in, inout []byte)) bool {
-	c := s.c
-	if !c.onNode() || len(acc) > NodeAllreduceMax || fn == nil {
-		return false
+// A process does not start the next one until this one has completed
+// there, so a slot is never refilled while a peer may still read it —
+// refilling it is two allreduces later, and the one between cannot
+// complete before every peer has finished this one. Nonblocking
+// allreduces must not use it. Every member must call it at the same
+// points, like any collective; a member that contributes a vector of
+// another length makes it fail with ErrMismatch at every process.
+func (c *Comm) NodeAllreduce(ctx context.Context, acc []byte, fn func(in, inout []byte)) (bool, error) {
+	if c == nil || !c.onNode() || len(acc) > NodeAllreduceMax || fn == nil {
+		return false, nil
+	}
+	if err := c.enterNode(); err != nil {
+		return true, err
 	}
 	c.slotEpoch++
 	d, shm := c.slotEpoch, c.ep.shm
-	s.Next()
-	s.last().local = append(s.last().local, schedStep{kind: stepSlotWrite, shm: shm, a: acc, val: d})
-	s.Next()
-	s.await(slotOff(d), d)
-	s.last().local = append(s.last().local, schedStep{kind: stepSlotReduce, shm: shm, b: acc, fn: fn, val: d})
-	s.Next()
-	return true
+	shm.slotWrite(acc, d)
+	if err := c.nodeWait(ctx, slotOff(d), d); err != nil {
+		return true, err
+	}
+	return true, shm.slotReduce(acc, fn, d)
+}
+
+// NodeSync is a blocking barrier through shared memory. It reports false,
+// doing nothing, unless c is the world communicator and every process is
+// on this node; otherwise it publishes this process's next barrier epoch
+// and waits until every peer's has caught up — what Schedule.NodeBarrier
+// does, without a schedule. The two share the epochs, so blocking and
+// nonblocking barriers may be mixed.
+func (c *Comm) NodeSync(ctx context.Context) (bool, error) {
+	if c == nil || !c.onNode() {
+		return false, nil
+	}
+	if err := c.enterNode(); err != nil {
+		return true, err
+	}
+	c.epoch++
+	c.ep.shm.publish(segEpoch, c.epoch)
+	return true, c.nodeWait(ctx, segEpoch, c.epoch)
+}
+
+// enterNode starts a node collective as NewSchedule and Start start a
+// schedule: it fails on a communicator that is not usable or has a failed
+// member, and it takes a collective sequence number, so that the tags of
+// later schedules are the same at every process whichever way each
+// collective went.
+func (c *Comm) enterNode() error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	c.collSeq.Add(1)
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.nfailed > 0 {
+		return c.failedMember()
+	}
+	return nil
+}
+
+// nodeWait waits until every process on the node shows at least v in its
+// segment word at off, a member of c fails, or ctx ends. It reads the
+// words without the engine's lock; every few rounds it takes it to make
+// progress on other operations and look for failures.
+func (c *Comm) nodeWait(ctx context.Context, off int, v uint64) error {
+	e, shm := c.e, c.ep.shm
+	done := ctx.Done()
+	for i := 0; ; i++ {
+		if shm.reached(off, v) {
+			return nil
+		}
+		if i&15 == 15 || i >= e.spin {
+			e.mu.Lock()
+			e.progress()
+			err := c.failedMember()
+			if e.closed {
+				err = ErrClosed
+			}
+			if err == nil && i&127 == 127 {
+				e.scan(nil)
+			}
+			e.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			select {
+			case <-done:
+				return ctx.Err()
+			default:
+			}
+		}
+		e.backoff(i)
+	}
 }
 
 // slotOff is the offset in a segment of the slot allreduce d uses.

@@ -54,13 +54,11 @@ type schedStep struct {
 }
 
 const (
-	stepFunc       uint8 = iota
-	stepReduce           // fn(a, b): b = a ⊕ b
-	stepLeft             // b = b ⊕ a, for fn not commutative: c is scratch
-	stepCopy             // copy(a, b)
-	stepPublish          // store val at this process's segment word off
-	stepSlotWrite        // NodeAllreduce: put a in this process's slot for val
-	stepSlotReduce       // NodeAllreduce: fold every slot for val into b with fn
+	stepFunc    uint8 = iota
+	stepReduce        // fn(a, b): b = a ⊕ b
+	stepLeft          // b = b ⊕ a, for fn not commutative: c is scratch
+	stepCopy          // copy(a, b)
+	stepPublish       // store val at this process's segment word off
 )
 
 // onNode reports whether c is the world communicator with every process
@@ -117,10 +115,6 @@ func (st *schedStep) run() error {
 		copy(st.a, st.b)
 	case stepPublish:
 		st.shm.publish(st.off, st.val)
-	case stepSlotWrite:
-		st.shm.slotWrite(st.a, st.val)
-	case stepSlotReduce:
-		return st.shm.slotReduce(st.b, st.fn, st.val)
 	default:
 		return st.f()
 	}
@@ -321,16 +315,8 @@ func (e *engine) advance(s *Schedule) bool {
 				return false
 			}
 		}
-		if r := &s.rounds[s.cur]; r.await != 0 {
-			ep := s.c.ep
-			for _, w := range ep.local {
-				if w == ep.rank {
-					w = -1
-				}
-				if ep.shm.peerWord(w, r.awaitOff) < r.await {
-					return false
-				}
-			}
+		if r := &s.rounds[s.cur]; r.await != 0 && !s.c.ep.shm.reached(r.awaitOff, r.await) {
+			return false
 		}
 		var err error
 		for _, r := range s.ops {

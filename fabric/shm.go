@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"unsafe"
@@ -98,12 +99,12 @@ type shmProvider struct {
 	path   string // our segment, until unlinked
 	seg    []byte // our segment
 	cells  int
-	local  []int           // world ranks on this node, in rank order; local index = position
-	out    map[int]*shmOut // by world rank
-	outs   []*shmOut       // by local index
-	in     []shmIn         // by local index, without ourselves
-	next   int             // where the next poll starts, for fairness
-	pl     payload         // the frame being delivered
+	local  []int     // world ranks on this node, in rank order; local index = position
+	out    []*shmOut // by world rank; nil for processes on other nodes
+	outs   []*shmOut // by local index
+	in     []shmIn   // by local index, without ourselves
+	next   int       // where the next poll starts, for fairness
+	pl     payload   // the frame being delivered
 	liov   [1]unix.Iovec
 	riov   [1]unix.RemoteIovec
 	selfIx int
@@ -138,7 +139,7 @@ func newShmSegment(prefix string, rank, nlocal int) (*shmProvider, error) {
 	binary.LittleEndian.PutUint64(seg[segLocal:], uint64(nlocal))
 	binary.LittleEndian.PutUint64(seg[segCells:], uint64(shmCells(nlocal)))
 	atomic.StoreUint64(word(seg, segMagic), shmMagic)
-	return &shmProvider{path: path, seg: seg, cells: shmCells(nlocal), out: map[int]*shmOut{}}, nil
+	return &shmProvider{path: path, seg: seg, cells: shmCells(nlocal)}, nil
 }
 
 func word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
@@ -155,6 +156,7 @@ func ringAt(seg []byte, ix, cells int) shmRing {
 // order; paths and pids are indexed like it.
 func (s *shmProvider) connect(me int, local []int, paths []string, pids []int) error {
 	s.local = local
+	s.out = make([]*shmOut, slices.Max(local)+1)
 	s.outs = make([]*shmOut, len(local))
 	for ix, w := range local {
 		if w == me {
@@ -307,6 +309,9 @@ func (s *shmProvider) readAt(peer int, dst []byte, addr uint64) error {
 }
 
 func (s *shmProvider) closed(peer int) bool {
+	if uint(peer) >= uint(len(s.out)) {
+		return false
+	}
 	o := s.out[peer]
 	return o != nil && atomic.LoadUint64(word(o.seg, segClosed)) == 1
 }
@@ -314,13 +319,15 @@ func (s *shmProvider) closed(peer int) bool {
 // publish stores v in this process's segment word at off, for its peers.
 func (s *shmProvider) publish(off int, v uint64) { atomic.StoreUint64(word(s.seg, off), v) }
 
-// peerWord reads world rank peer's segment word at off (this process's
-// own for peer < 0).
-func (s *shmProvider) peerWord(peer, off int) uint64 {
-	if peer < 0 {
-		return atomic.LoadUint64(word(s.seg, off))
+// reached reports whether every process on the node, this one included,
+// shows at least v in its segment word at off.
+func (s *shmProvider) reached(off int, v uint64) bool {
+	for ix := range s.outs {
+		if atomic.LoadUint64(word(s.segOf(ix), off)) < v {
+			return false
+		}
 	}
-	return atomic.LoadUint64(word(s.out[peer].seg, off))
+	return true
 }
 
 // markClosed tells the peers that this process shut down on purpose.
@@ -332,8 +339,10 @@ func (s *shmProvider) markClosed() {
 
 func (s *shmProvider) close() error {
 	s.unlink()
-	for _, o := range s.out {
-		unix.Munmap(o.seg)
+	for _, o := range s.outs {
+		if o != nil {
+			unix.Munmap(o.seg)
+		}
 	}
 	s.out, s.outs, s.in = nil, nil, nil
 	if s.seg != nil {
