@@ -9,7 +9,8 @@
 # Needs: openmpi-bin libopenmpi-dev (apt). Ranks are bound to cores when
 # there are no more ranks than CPUs (both launchers' default); with more,
 # both run oversubscribed (Open MPI then yields when idle, and so does
-# Rivet). The figure kept per size is the median over rounds.
+# Rivet). The figure kept per size is the median over rounds; the last
+# column is the median of the per-round ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-3}
@@ -31,8 +32,20 @@ median() {
 		{ v[++n] = $2 }
 		END { if (n) print size, v[int((n+1)/2)] }'
 }
+# perround KIND NP: per size, the median over rounds of Rivet's figure over
+# Open MPI's in the same round (the machine drifts between fast and slow
+# spells; a ratio within a round cancels much of it).
+perround() {
+	for ((r = 0; r < rounds; r++)); do
+		awk 'NR == FNR { a[$1] = $2; next } ($1 in a) && $2 > 0 { print $1, a[$1] / $2 }' "$out/r$1.$2.$r" "$out/o$1.$2.$r"
+	done | sort -k1,1n -k2,2g | awk '
+		!seen || $1 != size { if (n) print size, v[int((n+1)/2)]; size = $1; n = 0; seen = 1 }
+		{ v[++n] = $2 }
+		END { if (n) print size, v[int((n+1)/2)] }'
+}
 side() {
-	awk 'NR == FNR { a[$1] = $2; next } ($1 in a) { printf "%-20d %12.2f %11.2f %7.3f\n", $1, a[$1], $2, ($2 > 0 ? a[$1] / $2 : 0) }' "$1" "$2"
+	awk 'FILENAME == ARGV[1] { a[$1] = $2; next } FILENAME == ARGV[2] { p[$1] = $2; next }
+		($1 in a) { printf "%-20d %12.2f %11.2f %7.3f %9.3f\n", $1, a[$1], $2, ($2 > 0 ? a[$1] / $2 : 0), p[$1] }' "$1" "$3" "$2"
 }
 
 for np in 2 4; do
@@ -57,9 +70,10 @@ for np in 2 4; do
 	done
 	median "$out"/ra.$np.* >"$out/ra" && median "$out"/oa.$np.* >"$out/oa"
 	median "$out"/rb.$np.* >"$out/rb" && median "$out"/ob.$np.* >"$out/ob"
-	echo "# $np ranks, $rounds rounds, medians; $(nproc) CPUs, bind-to $bind"
-	echo "# osu_allreduce (us)         rivet    open-mpi   ratio"
-	side "$out/ra" "$out/oa"
-	echo "# osu_barrier (us)           rivet    open-mpi   ratio"
-	side "$out/rb" "$out/ob"
+	perround a $np >"$out/pa" && perround b $np >"$out/pb"
+	echo "# $np ranks, $rounds rounds, medians; $(nproc) CPUs, bind-to $bind; ratio: of the medians; per-round: median of the rounds' ratios"
+	echo "# osu_allreduce (us)         rivet    open-mpi   ratio per-round"
+	side "$out/ra" "$out/oa" "$out/pa"
+	echo "# osu_barrier (us)           rivet    open-mpi   ratio per-round"
+	side "$out/rb" "$out/ob" "$out/pb"
 done
