@@ -7,12 +7,12 @@ import (
 	"sync/atomic"
 )
 
-// Node collectives: a barrier and small allreduces meet in shared memory. Each process has
-// two slots in its segment's header page, used by turns (the parity of
-// the allreduce's sequence number). A slot starts with the sequence
-// number of the allreduce it holds, stored last, then the vector's length
-// and the vector itself: a reader polls the line that also brings it the
-// first 48 bytes.
+// Node collectives: a barrier and small allreduces meet in shared memory.
+// For allreduces each process has two slots in its segment's header page,
+// used by turns (the parity of the allreduce's sequence number). A slot
+// starts with the sequence number of the allreduce it holds, stored last,
+// then the vector's length and the vector itself: a reader polls the line
+// that also brings it the first 48 bytes.
 const (
 	segSlots    = 1024 // the two slots
 	slotData    = 16   // a slot's vector, after its sequence and length words
