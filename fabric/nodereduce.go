@@ -19,7 +19,7 @@ const (
 	segSlotSize = (slotData + NodeAllreduceMax + 63) &^ 63
 
 	// NodeAllreduceMax is the longest vector (in bytes) that
-	// Schedule.NodeAllreduce carries.
+	// Comm.NodeAllreduce carries.
 	NodeAllreduceMax = 1024
 )
 
