@@ -69,9 +69,11 @@ func (e *env) reap(cq *verbs.CQ) (int, error) {
 	return n, nil
 }
 
-// waitWC spins until cq yields a completion, which must succeed.
+// waitWC spins until cq yields a completion, which must succeed. The
+// deadline is read from the clock only once the wait is long: a clock read
+// per operation cost 0.2 µs of a 30 µs atomic under emulation.
 func (e *env) waitWC(ctx context.Context, cq *verbs.CQ) error {
-	deadline := time.Now().Add(spinLimit)
+	var deadline time.Time
 	for spins := 0; ; spins++ {
 		n, err := cq.Poll(e.wcs[:1])
 		if err != nil {
@@ -84,7 +86,9 @@ func (e *env) waitWC(ctx context.Context, cq *verbs.CQ) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if time.Now().After(deadline) {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(spinLimit)
+			} else if time.Now().After(deadline) {
 				return errTimeout
 			}
 		}
