@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rivet-hpc/rivet/internal/uverbs"
 )
 
@@ -52,16 +54,97 @@ func fakeSysfs(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	oldRoot, oldQuery := sysfsRoot, queryPort
+	oldRoot, oldOpen := sysfsRoot, openUverbs
 	sysfsRoot = root
-	queryPort = func(path string, port int) (uverbs.PortAttr, error) {
-		if path != "/dev/infiniband/uverbs0" || port != 1 {
-			t.Errorf("queryPort(%q, %d): want uverbs0 port 1", path, port)
+	openUverbs = func(path string) (uverbsDevice, error) {
+		if path != "/dev/infiniband/uverbs0" {
+			t.Errorf("openUverbs(%q): want uverbs0", path)
 		}
-		return uverbs.PortAttr{MaxMTU: 5, ActiveMTU: 3, GIDTableLen: 256}, nil
+		return &fakeDev{t: t, gidErr: unix.ENOTTY}, nil
 	}
-	t.Cleanup(func() { sysfsRoot, queryPort = oldRoot, oldQuery })
+	t.Cleanup(func() { sysfsRoot, openUverbs = oldRoot, oldOpen })
 	return root
+}
+
+// fakeDev stands in for a device's uverbs context.
+type fakeDev struct {
+	t       *testing.T
+	gids    []uverbs.GIDEntry
+	gidErr  error
+	asked   [2]int // driver id and bound of the last QueryGIDTable
+	closed  bool
+	portErr error
+}
+
+func (f *fakeDev) QueryPort(port uint8) (uverbs.PortAttr, error) {
+	if port != 1 {
+		f.t.Errorf("QueryPort(%d): want port 1", port)
+	}
+	if f.closed {
+		f.t.Error("QueryPort after Close")
+	}
+	return uverbs.PortAttr{MaxMTU: 5, ActiveMTU: 3, GIDTableLen: 256}, f.portErr
+}
+
+func (f *fakeDev) QueryGIDTable(driverID uint32, max int) ([]uverbs.GIDEntry, error) {
+	f.asked = [2]int{int(driverID), max}
+	return f.gids, f.gidErr
+}
+
+func (f *fakeDev) Close() error {
+	f.closed = true
+	return nil
+}
+
+// TestGIDTableIoctl reads the GID table with QUERY_GID_TABLE where the
+// driver is known (rxe) and falls back to sysfs where the kernel refuses.
+func TestGIDTableIoctl(t *testing.T) {
+	root := fakeSysfs(t)
+	// A parent netdev and no bus device make it a software (rxe) device.
+	if err := os.WriteFile(filepath.Join(root, "class/infiniband/mlx5_0/parent"), []byte("eth0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v2 := func(idx, ifindex uint32, gid string) uverbs.GIDEntry {
+		g, _ := ParseGID(gid)
+		return uverbs.GIDEntry{GID: g, GIDIndex: idx, PortNum: 1, GIDType: uverbs.GIDTypeRoCEv2, NetdevIfindex: ifindex}
+	}
+	// Entries out of order, one for a port the device lacks, one zero: the
+	// answer differs from the sysfs tree, which shows which was read.
+	dev := &fakeDev{t: t, gids: []uverbs.GIDEntry{
+		v2(5, 7, "::ffff:192.0.2.9"), v2(0, 7, "fe80::1"), v2(2, 7, "::"),
+		{GID: [16]byte{15: 1}, GIDIndex: 1, PortNum: 2, GIDType: uverbs.GIDTypeRoCEv2},
+		{GID: [16]byte{0: 0xfe, 15: 2}, GIDIndex: 6, PortNum: 1, GIDType: uverbs.GIDTypeRoCEv1},
+	}}
+	openUverbs = func(string) (uverbsDevice, error) { return dev, nil }
+	oldName := interfaceName
+	interfaceName = func(i int) (string, error) {
+		if i != 7 {
+			t.Errorf("interfaceName(%d)", i)
+		}
+		return "veth7", nil
+	}
+	t.Cleanup(func() { interfaceName = oldName })
+
+	d, err := DeviceByName("mlx5_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Driver != "rxe" || dev.asked != [2]int{uverbs.DriverRXE, 256} || !dev.closed {
+		t.Fatalf("driver %q, asked %v, closed %v", d.Driver, dev.asked, dev.closed)
+	}
+	got := d.Ports[0].GIDs
+	if len(got) != 3 || got[0].Index != 0 || got[1].Index != 5 || got[2].Index != 6 ||
+		got[1].GID.String() != "::ffff:192.0.2.9" || got[1].Type != GIDTypeRoCEv2 || got[1].Netdev != "veth7" ||
+		got[2].Type != GIDTypeIB || got[2].Netdev != "" || d.Ports[0].Netdev != "veth7" {
+		t.Errorf("GIDs from the ioctl = %+v (port netdev %q)", got, d.Ports[0].Netdev)
+	}
+
+	// A kernel without the method: the same device, read from sysfs.
+	dev.gidErr, dev.closed = unix.EPROTONOSUPPORT, false
+	d, err = DeviceByName("mlx5_0")
+	if err != nil || len(d.Ports[0].GIDs) != 3 || d.Ports[0].GIDs[1].Index != 1 || d.Ports[0].Netdev != "eth0" {
+		t.Errorf("GIDs from sysfs = %+v, %v", d.Ports, err)
+	}
 }
 
 func TestDevicesFromSysfs(t *testing.T) {
@@ -128,13 +211,19 @@ func TestDeviceByNameMissing(t *testing.T) {
 
 func TestDevicesPartialOnQueryError(t *testing.T) {
 	fakeSysfs(t)
-	queryPort = func(string, int) (uverbs.PortAttr, error) { return uverbs.PortAttr{}, os.ErrPermission }
-	devs, err := Devices()
-	if !errors.Is(err, os.ErrPermission) {
-		t.Errorf("error = %v, want one wrapping the query failure", err)
-	}
-	if len(devs) != 1 || devs[0].Ports[0].State != PortActive || devs[0].Ports[0].MaxMTU != 0 {
-		t.Errorf("want the device with its sysfs facts and no MTU, got %+v", devs)
+	for _, open := range []func(string) (uverbsDevice, error){
+		func(string) (uverbsDevice, error) { return nil, os.ErrPermission },
+		func(string) (uverbsDevice, error) { return &fakeDev{t: t, portErr: os.ErrPermission}, nil },
+	} {
+		openUverbs = open
+		devs, err := Devices()
+		if !errors.Is(err, os.ErrPermission) {
+			t.Errorf("error = %v, want one wrapping the query failure", err)
+		}
+		if len(devs) != 1 || devs[0].Ports[0].State != PortActive || devs[0].Ports[0].MaxMTU != 0 ||
+			len(devs[0].Ports[0].GIDs) != 3 {
+			t.Errorf("want the device with its sysfs facts and no MTU, got %+v", devs)
+		}
 	}
 }
 

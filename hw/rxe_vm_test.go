@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"reflect"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rivet-hpc/rivet/internal/testutil"
+	"github.com/rivet-hpc/rivet/internal/uverbs"
 )
 
 // These tests need soft-RoCE: they run inside rxevm (the README's test
@@ -45,11 +47,44 @@ func TestTopologyDevices(t *testing.T) {
 			p.MaxMTU.Bytes() != 4096 || p.ActiveMTU.Bytes() != 1024 {
 			t.Errorf("%s port 1 = %+v", name, p)
 		}
+		// The table came from QUERY_GID_TABLE; sysfs must agree with it.
+		if sysfs := readGIDs("/sys/class/infiniband/" + name + "/ports/1"); !reflect.DeepEqual(p.GIDs, sysfs) {
+			t.Errorf("%s GIDs: ioctl %+v, sysfs %+v", name, p.GIDs, sysfs)
+		}
+		c, err := uverbs.Open(d.Uverbs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := c.QueryGIDTable(uverbs.DriverRXE, p.GIDTblLen)
+		c.Close()
+		if err != nil || len(raw) != len(p.GIDs) {
+			t.Errorf("%s QUERY_GID_TABLE = %d entries, %v; want %d", name, len(raw), err, len(p.GIDs))
+		}
 		g, err := GIDByNetdev(p.Netdev)
 		if err != nil || g.Device != name || !g.GID.IsIPv4() {
 			t.Errorf("GIDByNetdev(%s) = %+v, %v", p.Netdev, g, err)
 		}
 		t.Logf("%s: %s port 1 %s mtu %s/%s gid[%d] %s", name, d.Uverbs, p.State, p.ActiveMTU, p.MaxMTU, g.Index, g.GID)
+	}
+}
+
+// BenchmarkDeviceByName measures what every verbs.Open pays to describe its
+// device, with the GID table from the ioctl and from sysfs.
+func BenchmarkDeviceByName(b *testing.B) {
+	devs := testutil.RXEDevices(b)
+	for _, mode := range []string{"ioctl", "sysfs"} {
+		b.Run(mode, func(b *testing.B) {
+			if mode == "sysfs" {
+				old := driverIDs
+				driverIDs = nil
+				defer func() { driverIDs = old }()
+			}
+			for b.Loop() {
+				if _, err := DeviceByName(devs[0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -33,6 +33,9 @@ func TestABISizes(t *testing.T) {
 		"ib_uverbs_wc":                 unsafe.Sizeof(WC{}),
 		"ib_uverbs_async_event_desc":   unsafe.Sizeof(AsyncEventDesc{}),
 		"mminfo":                       unsafe.Sizeof(MMInfo{}),
+		"ib_uverbs_ioctl_hdr":          unsafe.Sizeof(ioctlHdr{}),
+		"ib_uverbs_attr":               unsafe.Sizeof(ioctlAttr{}),
+		"ib_uverbs_gid_entry":          unsafe.Sizeof(GIDEntry{}),
 	} {
 		want := map[string]uintptr{
 			"ib_uverbs_query_device_resp": 176, "ib_uverbs_query_port": 16, "ib_uverbs_query_port_resp": 40,
@@ -42,6 +45,8 @@ func TestABISizes(t *testing.T) {
 			"ib_uverbs_qp_dest": 32, "ib_uverbs_modify_qp": 112, "ib_uverbs_query_qp": 16,
 			"ib_uverbs_query_qp_resp": 128, "ib_uverbs_post_send": 24, "ib_uverbs_wc": 48,
 			"ib_uverbs_async_event_desc": 16, "mminfo": 16,
+			// From the 6.1 UAPI header's field list (verbs-abi.md §1.3).
+			"ib_uverbs_ioctl_hdr": 24, "ib_uverbs_attr": 16, "ib_uverbs_gid_entry": 32,
 		}[name]
 		if got != want {
 			t.Errorf("%s: %d bytes, want %d", name, got, want)
@@ -56,6 +61,9 @@ func TestABIOffsets(t *testing.T) {
 	var p PortAttr
 	var d QueryDeviceResp
 	var w WC
+	var h ioctlHdr
+	var at ioctlAttr
+	var g GIDEntry
 	for name, c := range map[string][2]uintptr{
 		"modify_qp.qp_handle":             {unsafe.Offsetof(m.QPHandle), 64},
 		"modify_qp.qp_state":              {unsafe.Offsetof(m.QPState), 96},
@@ -69,6 +77,10 @@ func TestABIOffsets(t *testing.T) {
 		"query_device_resp.phys_port_cnt": {unsafe.Offsetof(d.PhysPortCnt), 171},
 		"wc.qp_num":                       {unsafe.Offsetof(w.QPNum), 28},
 		"wc.port_num":                     {unsafe.Offsetof(w.PortNum), 46},
+		"ioctl_hdr.driver_id":             {unsafe.Offsetof(h.DriverID), 16},
+		"attr.data":                       {unsafe.Offsetof(at.Data), 8},
+		"gid_entry.gid_index":             {unsafe.Offsetof(g.GIDIndex), 16},
+		"gid_entry.netdev_ifindex":        {unsafe.Offsetof(g.NetdevIfindex), 28},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("%s at %d, want %d", name, c[0], c[1])
