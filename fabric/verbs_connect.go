@@ -203,14 +203,25 @@ func (v *verbsProvider) dial(w int, qpn, psn uint32) {
 		p.dialing = false
 		if err != nil && !p.ready {
 			p.dead = true
-			cause := fmt.Errorf("%w: connecting to world rank %d: %v", ErrNoRoute, w, err)
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				// It listened when the job started: now it is gone.
-				cause = procFailed("world rank %d is gone: its connection port refuses (%v)", w, err)
-			}
-			v.dead = append(v.dead, peerFault{w, cause})
+			v.dead = append(v.dead, peerFault{w, handshakeFault(w, err)})
 		}
 	}
+}
+
+// handshakeFault classifies a failed handshake with world rank w. The peer
+// listened when the job started, so a refused connection, or one its
+// kernel reset or closed halfway (its process died while answering), means
+// the process is gone — or, as far as this process can tell, it is: a peer
+// that is closing, or already holds this process failed, also hangs up.
+// Anything else (a timeout, a bad answer) leaves the peer unreachable, not
+// known dead.
+func handshakeFault(w int, err error) error {
+	for _, gone := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, io.EOF, io.ErrUnexpectedEOF} {
+		if errors.Is(err, gone) {
+			return procFailed("world rank %d is gone: its connection port refused or dropped the handshake (%v)", w, err)
+		}
+	}
+	return fmt.Errorf("%w: connecting to world rank %d: %v", ErrNoRoute, w, err)
 }
 
 func (v *verbsProvider) handshake(w int, qpn, psn uint32) error {

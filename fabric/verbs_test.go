@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -360,4 +362,31 @@ func progLazy(ctx context.Context, ep *Endpoint) error {
 func TestVerbsLazyConnect(t *testing.T) {
 	devs := testutil.RXEDevices(t)
 	runOK(t, 4, "lazy", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+strings.Join(devs, ","))
+}
+
+// TestHandshakeFault: a peer whose connection port refuses or drops the
+// handshake is gone (ErrProcFailed); one that does not answer in time is
+// only unreachable (ErrNoRoute).
+func TestHandshakeFault(t *testing.T) {
+	opErr := func(errno syscall.Errno) error {
+		return &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", errno)}
+	}
+	for _, c := range []struct {
+		err  error
+		want error
+	}{
+		{opErr(syscall.ECONNREFUSED), ErrProcFailed},
+		{fmt.Errorf("reading the answer: %w", opErr(syscall.ECONNRESET)), ErrProcFailed},
+		{fmt.Errorf("reading the answer: %w", io.ErrUnexpectedEOF), ErrProcFailed},
+		{fmt.Errorf("reading the answer: %w", io.EOF), ErrProcFailed},
+		{opErr(syscall.EPIPE), ErrProcFailed},
+		{os.ErrDeadlineExceeded, ErrNoRoute},
+		{errors.New("the answer is not from the process the bootstrap named"), ErrNoRoute},
+	} {
+		got := handshakeFault(2, c.err)
+		other := map[error]error{ErrProcFailed: ErrNoRoute, ErrNoRoute: ErrProcFailed}[c.want]
+		if !errors.Is(got, c.want) || errors.Is(got, other) || !strings.Contains(got.Error(), "world rank 2") {
+			t.Errorf("handshakeFault(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }
