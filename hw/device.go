@@ -274,8 +274,9 @@ func queryGIDs(d *Device, dev uverbsDevice) bool {
 			}
 		}
 	}
-	for _, p := range d.Ports {
-		sort.Slice(p.GIDs, func(i, j int) bool { return p.GIDs[i].Index < p.GIDs[j].Index })
+	for i := range d.Ports {
+		g := d.Ports[i].GIDs
+		sort.Slice(g, func(a, b int) bool { return g[a].Index < g[b].Index })
 	}
 	return true
 }

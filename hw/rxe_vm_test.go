@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,6 +60,11 @@ func TestTopologyDevices(t *testing.T) {
 		c.Close()
 		if err != nil || len(raw) != len(p.GIDs) {
 			t.Errorf("%s QUERY_GID_TABLE = %d entries, %v; want %d", name, len(raw), err, len(p.GIDs))
+		}
+		for _, r := range raw {
+			if !slices.ContainsFunc(p.GIDs, func(g GIDEntry) bool { return g.Index == int(r.GIDIndex) && g.GID == GID(r.GID) }) {
+				t.Errorf("%s: QUERY_GID_TABLE entry %d %v is not in the port's table %+v", name, r.GIDIndex, GID(r.GID), p.GIDs)
+			}
 		}
 		g, err := GIDByNetdev(p.Netdev)
 		if err != nil || g.Device != name || !g.GID.IsIPv4() {
