@@ -178,6 +178,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		shm.pipeMax = ep.opts.shmPipe
 		ep.shm = shm
 		if err := b.Put(ctx, "shm", []byte(shm.path)); err != nil {
 			return err

@@ -508,6 +508,11 @@ func (e *engine) markFailedNow(peer int, cause error) {
 	}
 	e.failed[peer] = cause
 	e.nfailed++
+	for _, p := range e.provs {
+		if f, ok := p.(interface{ peerFailed(*engine, int, error) }); ok {
+			f.peerFailed(e, peer, cause)
+		}
+	}
 	l := &e.pending[peer]
 	for r := l.head; r != nil; r = l.head {
 		l.remove(r)

@@ -3,6 +3,7 @@ package fabric
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -13,6 +14,7 @@ type options struct {
 	provider string // "auto", "shm" or "verbs"
 	device   string // verbs device, or a comma-separated list picked by node-local index
 	node     string // overrides the node key
+	shmPipe  int    // largest rendezvous message moved by pipeline on shared memory
 }
 
 // WithProvider chooses how peers are reached: "auto" (the default) uses
@@ -38,6 +40,18 @@ func buildOptions(opts []Option) (options, error) {
 		// processes with different values never share memory. It exists to
 		// test multi-node jobs on one machine.
 		node: os.Getenv("RIVET_NODE"),
+	}
+	o.shmPipe = shmPipeMax
+	// RIVET_SHM_PIPELINE_MAX sets the largest rendezvous message that
+	// shared memory moves by pipeline through its rings (bytes; 0: none,
+	// every one is read with process_vm_readv). A tuning knob, for
+	// measuring; see docs/fabric.md.
+	if v := os.Getenv("RIVET_SHM_PIPELINE_MAX"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return o, fmt.Errorf("%w: RIVET_SHM_PIPELINE_MAX=%q (want a size in bytes)", ErrInvalid, v)
+		}
+		o.shmPipe = n
 	}
 	for _, f := range opts {
 		f(&o)

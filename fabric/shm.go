@@ -29,12 +29,15 @@ import (
 // writer stores the sequence word last: the reader polls the one cache
 // line that holds the next frame's sequence, header and first payload
 // bytes, and small messages sit in consecutive lines of the ring. The
-// reader zeroes the first word of every continuation cell it consumes, so
-// stale payload can never pass for a sequence number. Messages up to
-// the eager limit (16 KiB) are copied through the ring; longer ones go by
-// rendezvous: the receiver reads them straight from the
-// sender's memory with process_vm_readv (one copy, no staging) and
-// answers with a FIN frame.
+// reader only reads the ring (and stores its head): before publishing a
+// frame the writer clears the first word of the cell after it if stale
+// payload there would pass for the next sequence number, so ring lines
+// travel one way. Messages up to the eager limit (16 KiB) are copied
+// through the ring; longer ones go by rendezvous, then by the pipeline
+// (shm_pipeline.go: the sender copies fragments in as the receiver copies
+// them out) up to 4 MiB, above that by the receiver reading them straight
+// from the sender's memory with process_vm_readv (one copy, no staging);
+// the receiver answers with a FIN frame.
 
 const (
 	shmMagic      = 0x52495645_54534d32 // "RIVETSM2"
@@ -108,6 +111,13 @@ type shmProvider struct {
 	liov   [1]unix.Iovec
 	riov   [1]unix.RemoteIovec
 	selfIx int
+
+	pipeMax int           // rendezvous messages up to this size go by pipeline
+	streams []shmStream   // pipelined sends in progress
+	reads   []shmPipeRead // pipelined receives in progress
+	ctl     hdr           // a pipeline frame being sent; here so that it does not escape
+	piped   int           // messages received by pipeline, for tests
+	readv   int           // messages received with process_vm_readv, likewise
 }
 
 var segNameRE = regexp.MustCompile(`-p([0-9]+)-[0-9a-f]+$`)
@@ -139,7 +149,7 @@ func newShmSegment(prefix string, rank, nlocal int) (*shmProvider, error) {
 	binary.LittleEndian.PutUint64(seg[segLocal:], uint64(nlocal))
 	binary.LittleEndian.PutUint64(seg[segCells:], uint64(shmCells(nlocal)))
 	atomic.StoreUint64(word(seg, segMagic), shmMagic)
-	return &shmProvider{path: path, seg: seg, cells: shmCells(nlocal)}, nil
+	return &shmProvider{path: path, seg: seg, cells: shmCells(nlocal), pipeMax: shmPipeMax}, nil
 }
 
 func word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
@@ -206,16 +216,13 @@ func (s *shmProvider) eagerMax() int { return shmEager }
 
 func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 	o := s.out[peer]
-	if h.kind != frameEager {
+	if h.kind != frameEager && h.kind != shmData {
 		payload = nil // a rendezvous peer reads the message in place
 	}
 	n := uint64(s.cells)
 	k := uint64(cellsFor(len(payload)))
-	if o.tail+k-o.cachedHead > n {
-		o.cachedHead = o.ring.head.Load()
-		if o.tail+k-o.cachedHead > n {
-			return false
-		}
+	if !o.room(int(k), s.cells) {
+		return false
 	}
 	c := o.ring.cell(o.tail, s.cells)
 	h.put(c[8:], h.addr)
@@ -224,12 +231,36 @@ func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 	off := int(o.tail%n)*shmCellSize + shmCellHeader
 	m := copy(o.ring.cells[off:], payload)
 	copy(o.ring.cells, payload[m:])
+	// The reader looks for the next frame on the cell after this one. If
+	// stale payload there reads as that frame's sequence number, clear it
+	// first: a check of a line this process wrote last, not a store the
+	// reader would have to fetch back.
+	if next := word(o.ring.cell(o.tail+k, s.cells), 0); *next == o.tail+k+1 {
+		*next = 0
+	}
 	atomic.StoreUint64(word(c, 0), o.tail+1) // publishes the frame
 	o.tail += k
 	return true
 }
 
+// room reports whether k more cells fit in the ring.
+func (o *shmOut) room(k, cells int) bool {
+	if o.tail+uint64(k)-o.cachedHead <= uint64(cells) {
+		return true
+	}
+	o.cachedHead = o.ring.head.Load()
+	return o.tail+uint64(k)-o.cachedHead <= uint64(cells)
+}
+
 func (s *shmProvider) poll(e *engine, budget int) int {
+	got := s.pollRings(e, budget)
+	if len(s.streams)+len(s.reads) > 0 {
+		got += s.pump()
+	}
+	return got
+}
+
+func (s *shmProvider) pollRings(e *engine, budget int) int {
 	got := 0
 	n := len(s.in)
 	if n == 0 {
@@ -257,20 +288,19 @@ func (s *shmProvider) poll(e *engine, budget int) int {
 			h.get(c[8:])
 			cells := 1
 			s.pl = payload{}
-			if h.kind == frameEager {
+			if h.kind == frameEager || h.kind == shmData {
 				size := int(min(h.size, shmEager))
+				if h.kind == shmData {
+					size = int(min(h.size, shmFrag))
+				}
 				off := int(in.head%uint64(s.cells))*shmCellSize + shmCellHeader
 				s.pl = payload{ring: in.ring.cells, off: off, n: size}
 				cells = cellsFor(size)
 			}
-			e.deliver(in.world, &h, &s.pl)
-			// Zero the first words of the frame's continuation cells —
-			// payload there could pass for a sequence number a lap later.
-			// A first cell's word is a sequence number already, always
-			// smaller than the one a later lap expects, and leaving it
-			// alone keeps a small message to one line transfer.
-			for i := 1; i < cells; i++ {
-				*word(in.ring.cell(in.head+uint64(i), s.cells), 0) = 0
+			if h.kind >= shmCTS {
+				s.pipeFrame(e, in.world, &h, &s.pl)
+			} else {
+				e.deliver(in.world, &h, &s.pl)
 			}
 			in.head += uint64(cells)
 			in.ring.head.Store(in.head)
@@ -280,9 +310,17 @@ func (s *shmProvider) poll(e *engine, budget int) int {
 	return got
 }
 
-// read copies from the peer's address space with one process_vm_readv
-// per contiguous piece the kernel agrees to move; it is done on return.
-func (s *shmProvider) read(peer int, _ *op, dst []byte, _, addr uint64, _ uint32) (bool, error) {
+// read receives a rendezvous message: by pipeline up to the pipeline
+// limit, one message per peer at a time (done later, through
+// engine.readDone); otherwise by copying from the peer's address space
+// with one process_vm_readv per contiguous piece the kernel agrees to
+// move (done on return).
+func (s *shmProvider) read(peer int, r *op, dst []byte, id, addr uint64, _ uint32) (bool, error) {
+	if len(dst) <= s.pipeMax && !s.piping(peer) {
+		s.pipeRead(peer, r, dst, id)
+		return false, nil
+	}
+	s.readv++
 	return true, s.readAt(peer, dst, addr)
 }
 
@@ -345,6 +383,7 @@ func (s *shmProvider) close() error {
 		}
 	}
 	s.out, s.outs, s.in = nil, nil, nil
+	s.streams, s.reads = nil, nil
 	if s.seg != nil {
 		unix.Munmap(s.seg)
 		s.seg = nil
