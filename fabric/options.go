@@ -43,9 +43,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	o.shmPipe = shmPipeMax
 	// RIVET_SHM_PIPELINE_MAX sets the largest rendezvous message that
-	// shared memory moves by pipeline through its rings (bytes; 0: none,
-	// every one is read with process_vm_readv). A tuning knob, for
-	// measuring; see docs/fabric.md.
+	// shared memory moves by pipeline through its rings (bytes; 0, the
+	// default: none, every one is read with process_vm_readv); see
+	// docs/fabric.md.
 	if v := os.Getenv("RIVET_SHM_PIPELINE_MAX"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {

@@ -33,11 +33,11 @@ import (
 // frame the writer clears the first word of the cell after it if stale
 // payload there would pass for the next sequence number, so ring lines
 // travel one way. Messages up to the eager limit (16 KiB) are copied
-// through the ring; longer ones go by rendezvous, then by the pipeline
-// (shm_pipeline.go: the sender copies fragments in as the receiver copies
-// them out) up to 4 MiB, above that by the receiver reading them straight
-// from the sender's memory with process_vm_readv (one copy, no staging);
-// the receiver answers with a FIN frame.
+// through the ring; longer ones go by rendezvous: the receiver reads them
+// straight from the sender's memory with process_vm_readv (one copy, no
+// staging) or, when RIVET_SHM_PIPELINE_MAX enables it, has them come by
+// pipeline (shm_pipeline.go: the sender copies fragments in as the
+// receiver copies them out); it answers with a FIN frame.
 
 const (
 	shmMagic      = 0x52495645_54534d32 // "RIVETSM2"

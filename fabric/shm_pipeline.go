@@ -30,9 +30,14 @@ const (
 
 const (
 	shmFrag = 32 << 10 // pipeline fragment payload
-	// shmPipeMax is the default pipeline limit: larger messages are read
-	// with process_vm_readv. RIVET_SHM_PIPELINE_MAX overrides it.
-	shmPipeMax = 4 << 20
+	// shmPipeMax is the default pipeline limit, in bytes: larger messages
+	// are read with process_vm_readv. It is 0, the pipeline off, because
+	// on the machine it was measured on it won only while the two cores
+	// shared a cache (2.5–3× at 32 KiB–1 MiB) and lost 1.3–1.9× otherwise,
+	// and the host moved between the two within a run; the single copy
+	// does not care. RIVET_SHM_PIPELINE_MAX turns it on (4194304 was
+	// measured); see docs/performance.md.
+	shmPipeMax = 0
 )
 
 // testHookFragment, when set, runs after each fragment a stream puts in

@@ -27,7 +27,7 @@ func init() {
 func progPipeline(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
 	peer := 1 - w.Rank()
-	sizes := []int{shmEager + 1, shmFrag - 1, shmFrag, shmFrag + 1, 100000, 1 << 20, 3<<20 + 5, shmPipeMax, shmPipeMax + 1}
+	sizes := []int{shmEager + 1, shmFrag - 1, shmFrag, shmFrag + 1, 100000, 1 << 20, 3<<20 + 5, testPipeMax, testPipeMax + 1}
 	for _, n := range sizes {
 		want := pattern(n, w.Rank())
 		got := make([]byte, n)
@@ -77,8 +77,12 @@ func progPipeline(ctx context.Context, ep *Endpoint) error {
 	return nil
 }
 
-// TestShmPipeline runs progPipeline with the pipeline on, and off
-// (RIVET_SHM_PIPELINE_MAX=0), and checks which way the messages went.
+// testPipeMax is the pipeline limit the tests turn on.
+const testPipeMax = 4 << 20
+
+// TestShmPipeline runs progPipeline with the pipeline on
+// (RIVET_SHM_PIPELINE_MAX), and off (the default), and checks which way
+// the messages went.
 func TestShmPipeline(t *testing.T) {
 	counts := func(out string) (piped, readv []int) {
 		for _, m := range regexp.MustCompile(`piped=(\d+) readv=(\d+)`).FindAllStringSubmatch(out, -1) {
@@ -91,7 +95,8 @@ func TestShmPipeline(t *testing.T) {
 		}
 		return piped, readv
 	}
-	piped, readv := counts(runOK(t, 2, "pipeline", "RIVET_PROVIDER=shm"))
+	on := fmt.Sprintf("RIVET_SHM_PIPELINE_MAX=%d", testPipeMax)
+	piped, readv := counts(runOK(t, 2, "pipeline", "RIVET_PROVIDER=shm", on))
 	for r := range 2 {
 		// The ping-pongs pipeline every size up to the limit (7 of 9),
 		// the windows at least their first message, the truncated one
@@ -100,7 +105,7 @@ func TestShmPipeline(t *testing.T) {
 			t.Errorf("rank %d: %d messages by pipeline, %d by read", r, piped[r], readv[r])
 		}
 	}
-	piped, readv = counts(runOK(t, 2, "pipeline", "RIVET_PROVIDER=shm", "RIVET_SHM_PIPELINE_MAX=0"))
+	piped, readv = counts(runOK(t, 2, "pipeline", "RIVET_PROVIDER=shm"))
 	for r := range 2 {
 		if piped[r] != 0 || readv[r] < 9 {
 			t.Errorf("pipeline off, rank %d: %d messages by pipeline, %d by read", r, piped[r], readv[r])
@@ -156,7 +161,7 @@ func progPipeKill(ctx context.Context, ep *Endpoint) error {
 }
 
 func TestShmPipelinePeerKilled(t *testing.T) {
-	out, errs, st := runJob(t, 3, "pipekill", true, "RIVET_PROVIDER=shm")
+	out, errs, st := runJob(t, 3, "pipekill", true, "RIVET_PROVIDER=shm", fmt.Sprintf("RIVET_SHM_PIPELINE_MAX=%d", testPipeMax))
 	if st != 128+9 {
 		t.Fatalf("status %d, want 137 (rank 2 killed)\n%s\n%s", st, out, errs)
 	}
