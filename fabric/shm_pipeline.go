@@ -5,9 +5,10 @@ package fabric
 // answers with a CTS; the sender then copies the message into the ring
 // in fragments, as room allows, and the receiver copies each fragment
 // out into the receive buffer as soon as it is published, so the two
-// copies overlap. Two copies through a ring that stays in cache beat one
-// process_vm_readv here (the kernel pins the sender's pages for it; see
-// docs/performance.md), but the sender has to make progress for the
+// copies overlap. While the two cores share a cache, two copies through
+// a ring that stays in it beat one process_vm_readv (the kernel pins the
+// sender's pages for it; see docs/performance.md); the sender, though,
+// has to make progress for the
 // receiver to finish, which a read from its memory does not need: the
 // limit bounds how much a receiver waits on a sender that is busy
 // elsewhere. Fragment frames carry the sender's message id and their
