@@ -509,7 +509,7 @@ func (e *engine) markFailedNow(peer int, cause error) {
 	e.failed[peer] = cause
 	e.nfailed++
 	for _, p := range e.provs {
-		if f, ok := p.(interface{ peerFailed(*engine, int, error) }); ok {
+		if f, ok := p.(failureListener); ok {
 			f.peerFailed(e, peer, cause)
 		}
 	}

@@ -39,9 +39,9 @@ func buildOptions(opts []Option) (options, error) {
 		// RIVET_NODE replaces the node this process believes it is on:
 		// processes with different values never share memory. It exists to
 		// test multi-node jobs on one machine.
-		node: os.Getenv("RIVET_NODE"),
+		node:    os.Getenv("RIVET_NODE"),
+		shmPipe: shmPipeMax,
 	}
-	o.shmPipe = shmPipeMax
 	// RIVET_SHM_PIPELINE_MAX sets the largest rendezvous message that
 	// shared memory moves by pipeline through its rings (bytes; 0, the
 	// default: none, every one is read with process_vm_readv); see

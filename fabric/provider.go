@@ -47,6 +47,13 @@ type prober interface {
 	probe(now time.Time, e *engine)
 }
 
+// A failureListener is a provider that holds state per peer beyond its
+// frames (the shared-memory pipeline's transfers) and must drop it when
+// the engine marks that peer failed.
+type failureListener interface {
+	peerFailed(e *engine, peer int, cause error)
+}
+
 // Frame kinds.
 const (
 	frameEager uint32 = 1 + iota // payload is the message

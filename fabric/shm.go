@@ -216,7 +216,7 @@ func (s *shmProvider) eagerMax() int { return shmEager }
 
 func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 	o := s.out[peer]
-	if h.kind != frameEager && h.kind != shmData {
+	if frameLimit(h.kind) == 0 {
 		payload = nil // a rendezvous peer reads the message in place
 	}
 	n := uint64(s.cells)
@@ -241,6 +241,17 @@ func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 	atomic.StoreUint64(word(c, 0), o.tail+1) // publishes the frame
 	o.tail += k
 	return true
+}
+
+// frameLimit is the most payload a frame of kind carries in the ring.
+func frameLimit(kind uint32) uint64 {
+	switch kind {
+	case frameEager:
+		return shmEager
+	case shmData:
+		return shmFrag
+	}
+	return 0
 }
 
 // room reports whether k more cells fit in the ring.
@@ -288,11 +299,8 @@ func (s *shmProvider) pollRings(e *engine, budget int) int {
 			h.get(c[8:])
 			cells := 1
 			s.pl = payload{}
-			if h.kind == frameEager || h.kind == shmData {
-				size := int(min(h.size, shmEager))
-				if h.kind == shmData {
-					size = int(min(h.size, shmFrag))
-				}
+			if limit := frameLimit(h.kind); limit > 0 {
+				size := int(min(h.size, limit))
 				off := int(in.head%uint64(s.cells))*shmCellSize + shmCellHeader
 				s.pl = payload{ring: in.ring.cells, off: off, n: size}
 				cells = cellsFor(size)

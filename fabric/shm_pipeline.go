@@ -16,10 +16,10 @@ package fabric
 //
 // A receiver pipelines one message per peer at a time and reads the
 // others that arrive meanwhile with process_vm_readv: with osu_bw's 64
-// messages in flight, streaming them all through the ring ran at 4–6 GB/s
-// in some runs and 24 GB/s in others on the same machine (the two copies
+// messages in flight, streaming them all through the ring ran at 4.4 GB/s
+// in some runs and 26 GB/s in others on the same machine (the two copies
 // pay for every cache line twice when the cores are far apart), while
-// reads hold 7–8 GB/s; one message at a time keeps what the pipeline
+// reads hold 7–9 GB/s; one message at a time keeps what the pipeline
 // gains in latency and in collectives and leaves windows at the reads'
 // bandwidth (docs/performance.md).
 
@@ -34,7 +34,7 @@ const (
 	// shmPipeMax is the default pipeline limit, in bytes: larger messages
 	// are read with process_vm_readv. It is 0, the pipeline off, because
 	// on the machine it was measured on it won only while the two cores
-	// shared a cache (2.5–3× at 32 KiB–1 MiB) and lost 1.3–1.9× otherwise,
+	// shared a cache (2–3× at 32 KiB–1 MiB) and lost by up to 2× otherwise,
 	// and the host moved between the two within a run; the single copy
 	// does not care. RIVET_SHM_PIPELINE_MAX turns it on (4194304 was
 	// measured); see docs/performance.md.
@@ -170,12 +170,16 @@ func (s *shmProvider) pump() int {
 			i++
 			continue
 		}
-		last := len(s.streams) - 1
-		s.streams[i] = s.streams[last]
-		s.streams[last] = shmStream{}
-		s.streams = s.streams[:last]
+		s.dropStream(i)
 	}
 	return n
+}
+
+func (s *shmProvider) dropStream(i int) {
+	last := len(s.streams) - 1
+	s.streams[i] = s.streams[last]
+	s.streams[last] = shmStream{}
+	s.streams = s.streams[:last]
 }
 
 // peerFailed ends the pipelines with world rank peer, which is gone: its
@@ -183,10 +187,7 @@ func (s *shmProvider) pump() int {
 func (s *shmProvider) peerFailed(e *engine, peer int, cause error) {
 	for i := 0; i < len(s.streams); {
 		if s.streams[i].peer == peer {
-			last := len(s.streams) - 1
-			s.streams[i] = s.streams[last]
-			s.streams[last] = shmStream{}
-			s.streams = s.streams[:last]
+			s.dropStream(i)
 			continue
 		}
 		i++
