@@ -46,10 +46,11 @@ CGO_ENABLED=0 go build -o bin/rxevm ./cmd/rxevm
 # (testutil.RXEDevices). Each package's test binary boots its own VM (-p 1:
 # one VM at a time on 2 cores). Tests named TestHost* are about machines
 # without RDMA and run only above; any other skip inside the VM fails the
-# run.
+# run. The test binary's own timeout is shorter than the VM's, so a test
+# that hangs ends in Go's goroutine dump, not a silent kill.
 vm_pkgs=$(go list $(grep -rl --include='*_test.go' 'testutil\.RXEDevices' . | xargs -n1 dirname | sort -u))
 topology=${RIVET_TOPOLOGY:-rxe2}
-RIVET_REQUIRE_RDMA=1 go test -count=1 -p 1 -v -timeout 20m -skip '^TestHost' \
+RIVET_REQUIRE_RDMA=1 go test -count=1 -p 1 -v -timeout 13m -skip '^TestHost' \
 	-exec "$PWD/bin/rxevm -v -topology $topology -timeout 15m" $vm_pkgs 2>&1 |
 	grep -vE '^=== (RUN|PAUSE|CONT)' |
 	awk '{print} /^--- SKIP/ {skip=1} END {if (skip) {print "test.sh: a soft-RoCE test skipped inside the VM"; exit 1}}'

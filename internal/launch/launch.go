@@ -79,6 +79,14 @@ func Run(ctx context.Context, o Options, argv []string) int {
 	return j.run(ctx, path, argv)
 }
 
+// signalGroup sends sig to the process group pgid leads (a variable so
+// that tests can play a process SIGKILL does not end).
+var signalGroup = func(pgid int, sig syscall.Signal) error { return syscall.Kill(-pgid, sig) }
+
+// killWait is how long a job waits for its processes to exit after
+// SIGKILL before it gives up on them.
+var killWait = 30 * time.Second
+
 type job struct {
 	Options
 	outMu sync.Mutex // whole lines only, from every rank
@@ -189,6 +197,11 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	// status is the first failure's: a forwarded signal, or the first rank
 	// to fail; once the job is stopping, later exits do not change it.
 	status, stopping := 0, false
+	// A process that SIGKILL does not end is stuck in the kernel; after
+	// killWait the job returns without it rather than hang its caller.
+	ctxDone, killNow := ctx.Done(), make(chan struct{}, 1)
+	var stuck <-chan time.Time
+	exited := make([]bool, j.N)
 	for left := j.N; left > 0; {
 		select {
 		case s := <-sigs:
@@ -196,13 +209,33 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 			if !stopping {
 				stopping, status = true, 128+int(s.(syscall.Signal))
 			}
-		case <-ctx.Done():
-			j.stop(syscall.SIGKILL)
+		case <-ctxDone:
+			ctxDone = nil
 			if !stopping {
 				stopping, status = true, 128+int(syscall.SIGKILL)
 			}
+			select {
+			case killNow <- struct{}{}:
+			default: // a kill is already due
+			}
+		case <-killNow:
+			j.stop(syscall.SIGKILL)
+			if stuck == nil {
+				stuck = time.After(killWait)
+			}
+		case <-stuck:
+			for r, ok := range exited {
+				if !ok {
+					j.logf("rivetrun: rank %d has not exited %v after SIGKILL (stuck in the kernel?); giving up on it\n", r, killWait)
+				}
+			}
+			if status == 0 {
+				status = 128 + int(syscall.SIGKILL)
+			}
+			return status
 		case e := <-exits:
 			left--
+			exited[e.rank] = true
 			j.exited(e)
 			if e.status == 0 || stopping {
 				continue
@@ -219,7 +252,10 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 			j.stop(syscall.SIGTERM)
 			go func() {
 				time.Sleep(j.Grace)
-				j.stop(syscall.SIGKILL)
+				select {
+				case killNow <- struct{}{}:
+				default:
+				}
 			}()
 		}
 	}
@@ -267,7 +303,7 @@ func sweepSegments(jobid string) {
 // an error worth reporting.
 func (j *job) stop(sig syscall.Signal) {
 	for _, p := range j.procs {
-		syscall.Kill(-p.Process.Pid, sig)
+		signalGroup(p.Process.Pid, sig)
 	}
 }
 

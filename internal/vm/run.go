@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.Boot = time.Duration(st.BootNanos)
 		return res, nil
 	case runCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil:
-		return res, fmt.Errorf("%w after %v: the VM was killed%s", ErrTimeout, cfg.Timeout, consoleTail(console, 0))
+		return res, fmt.Errorf("%w after %v: the VM was killed%s", ErrTimeout, cfg.Timeout, consoleTail(console, 20))
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("interrupted: %w", ctx.Err())
 	}
