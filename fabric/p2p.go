@@ -35,6 +35,11 @@ func (c *Comm) checkSource(src, tag int) error {
 // Send sends buf to rank dest with tag, and returns once buf may be
 // reused (MPI_Send). Short messages are buffered; long ones wait for the
 // receiver, which reads them straight from buf.
+//
+// If ctx ends before a long message's receiver has read it, Send returns
+// ctx's error but the message is not withdrawn: the receiver may still
+// read buf when it posts the matching receive. To reuse buf safely after
+// a timeout, use Isend and wait on the Request again.
 func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 	if err := c.checkDest(dest, tag); err != nil {
 		return err
