@@ -164,7 +164,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		if ep.opts.provider == "shm" {
 			return fmt.Errorf("fabric: world rank %d is on another node, and the shm provider was chosen: %w", remote[0], ErrNoRoute)
 		}
-		v, err := newVerbsProvider(ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), ep.rank, ep.size, remote, &ep.mem, ep.e)
+		v, err := newVerbsProvider(ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), ep.opts.qpConfig(), ep.rank, ep.size, remote, &ep.mem, ep.e)
 		if err != nil {
 			return fmt.Errorf("%w (world rank %d is reached over verbs)", err, remote[0])
 		}

@@ -90,3 +90,30 @@ func TestProviderOption(t *testing.T) {
 		t.Errorf("device list picks %q %q %q", a, b, c)
 	}
 }
+
+func TestVerbsTimeoutOption(t *testing.T) {
+	o, err := buildOptions(nil)
+	if c := o.qpConfig(); err != nil || c.Timeout != verbs.DefaultTimeout || c.RetryCount != verbs.DefaultRetryCount {
+		t.Errorf("defaults: %+v, %v", c, err)
+	}
+	t.Setenv("RIVET_VERBS_TIMEOUT", "17")
+	t.Setenv("RIVET_VERBS_RETRY", "3")
+	o, err = buildOptions(nil)
+	if c := o.qpConfig(); err != nil || c.Timeout != 17 || c.RetryCount != 3 {
+		t.Errorf("RIVET_VERBS_TIMEOUT=17 RIVET_VERBS_RETRY=3: %+v, %v", c, err)
+	}
+	o, _ = buildOptions([]Option{WithVerbsTimeout(12, 0)})
+	if c := o.qpConfig(); c.Timeout != 12 || c.RetryCount != verbs.DefaultRetryCount {
+		t.Errorf("the option did not win over the environment: %+v", c)
+	}
+	for _, bad := range [][2]string{{"RIVET_VERBS_TIMEOUT", "32"}, {"RIVET_VERBS_RETRY", "7"}, {"RIVET_VERBS_RETRY", "x"}} {
+		t.Setenv(bad[0], bad[1])
+		if _, err := buildOptions(nil); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s=%s: %v", bad[0], bad[1], err)
+		}
+		t.Setenv(bad[0], "")
+	}
+	if _, err := buildOptions([]Option{WithVerbsTimeout(40, 7)}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("WithVerbsTimeout(40, 7): %v", err)
+	}
+}

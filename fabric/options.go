@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/rivet-hpc/rivet/verbs"
 )
 
 // An Option changes how Init connects this process to its peers.
@@ -15,6 +17,22 @@ type options struct {
 	device   string // verbs device, or a comma-separated list picked by node-local index
 	node     string // overrides the node key
 	shmPipe  int    // largest rendezvous message moved by pipeline on shared memory
+	// The verbs queue pairs' transport timeout (exponent) and retry count;
+	// 0 means the verbs package's default.
+	qpTimeout uint8
+	qpRetry   int
+}
+
+// WithVerbsTimeout sets the verbs provider's transport timeout and retry
+// count, which bound how long a request to a dead peer takes to fail:
+// retries+1 transmissions, 4.096 µs × 2^timeout apart (see
+// verbs.RetryBound). timeout is 1..31 and retries 1..6; 0 keeps the
+// default for either (verbs.DefaultTimeout, verbs.DefaultRetryCount).
+// Shorter bounds find failures sooner and call a peer that is only slow
+// (a loaded or emulated machine) dead more often. The RIVET_VERBS_TIMEOUT
+// and RIVET_VERBS_RETRY environment variables set the same.
+func WithVerbsTimeout(timeout uint8, retries int) Option {
+	return func(o *options) { o.qpTimeout, o.qpRetry = timeout, retries }
 }
 
 // WithProvider chooses how peers are reached: "auto" (the default) uses
@@ -53,8 +71,27 @@ func buildOptions(opts []Option) (options, error) {
 		}
 		o.shmPipe = n
 	}
+	for _, env := range []struct {
+		name string
+		max  int
+		dst  func(int)
+	}{
+		{"RIVET_VERBS_TIMEOUT", 31, func(n int) { o.qpTimeout = uint8(n) }},
+		{"RIVET_VERBS_RETRY", 6, func(n int) { o.qpRetry = n }},
+	} {
+		if v := os.Getenv(env.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > env.max {
+				return o, fmt.Errorf("%w: %s=%q (want 0..%d)", ErrInvalid, env.name, v, env.max)
+			}
+			env.dst(n)
+		}
+	}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.qpTimeout > 31 || o.qpRetry < 0 || o.qpRetry > 6 {
+		return o, fmt.Errorf("%w: verbs timeout %d, retries %d (want 0..31 and 0..6)", ErrInvalid, o.qpTimeout, o.qpRetry)
 	}
 	switch o.provider = strings.ToLower(o.provider); o.provider {
 	case "":
@@ -64,6 +101,19 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("%w: provider %q (want auto, shm or verbs)", ErrInvalid, o.provider)
 	}
 	return o, nil
+}
+
+// qpConfig is the connection settings the options ask of verbs queue
+// pairs, with the defaults filled in.
+func (o *options) qpConfig() verbs.ConnectConfig {
+	c := verbs.ConnectConfig{Timeout: o.qpTimeout, RetryCount: o.qpRetry}
+	if c.Timeout == 0 {
+		c.Timeout = verbs.DefaultTimeout
+	}
+	if c.RetryCount == 0 {
+		c.RetryCount = verbs.DefaultRetryCount
+	}
+	return c
 }
 
 // pickDevice returns the device entry for the node-local index ix.

@@ -102,6 +102,7 @@ type vRead struct {
 }
 
 type verbsProvider struct {
+	qpConf   verbs.ConnectConfig // timeout and retry count for every queue pair
 	dev      *verbs.Context
 	pd       *verbs.PD
 	cq       *verbs.CQ
@@ -160,8 +161,8 @@ type peerFault struct {
 
 // newVerbsProvider opens device (or the first active one) and makes a
 // queue pair for each world rank in peers.
-func newVerbsProvider(device string, me, size int, peers []int, mem *memRegistry, e *engine) (_ *verbsProvider, err error) {
-	v := &verbsProvider{me: me, peers: make([]*verbsPeer, size), byQPN: map[uint32]*verbsPeer{},
+func newVerbsProvider(device string, qpConf verbs.ConnectConfig, me, size int, peers []int, mem *memRegistry, e *engine) (_ *verbsProvider, err error) {
+	v := &verbsProvider{me: me, qpConf: qpConf, peers: make([]*verbsPeer, size), byQPN: map[uint32]*verbsPeer{},
 		staged: map[uint64]*verbs.MR{}, mem: mem, reads: make([]vRead, 0, 64),
 		oneSided: make([]vOneSided, 0, vMaxOneSided), e: e, addrs: make([]verbsAddr, size), isPeer: make([]bool, size),
 		waited: make([]bool, size)}
@@ -269,10 +270,10 @@ func (v *verbsProvider) loopback() error {
 	if v.selfT, err = v.pd.NewQP(cfg); err != nil {
 		return fmt.Errorf("fabric: verbs provider: loopback queue pair: %w", err)
 	}
-	if err := a.Connect(v.selfT.Endpoint(v.gid), verbs.ConnectConfig{GIDIndex: v.gidIndex}); err != nil {
+	if err := a.Connect(v.selfT.Endpoint(v.gid), v.connectConfig()); err != nil {
 		return fmt.Errorf("fabric: verbs provider: loopback: %w", err)
 	}
-	if err := v.selfT.Connect(a.Endpoint(v.gid), verbs.ConnectConfig{GIDIndex: v.gidIndex}); err != nil {
+	if err := v.selfT.Connect(a.Endpoint(v.gid), v.connectConfig()); err != nil {
 		return fmt.Errorf("fabric: verbs provider: loopback: %w", err)
 	}
 	return nil
@@ -308,9 +309,16 @@ func roceGID(dev *verbs.Context) (hw.GID, int, error) {
 func (v *verbsProvider) name() string  { return "verbs" }
 func (v *verbsProvider) eagerMax() int { return vEager }
 
+// connectConfig is how every queue pair of v connects.
+func (v *verbsProvider) connectConfig() verbs.ConnectConfig {
+	c := v.qpConf
+	c.GIDIndex = v.gidIndex
+	return c
+}
+
 // failureBound is how long a request to a dead peer takes to fail.
 func (v *verbsProvider) failureBound() time.Duration {
-	return verbs.RetryBound(verbs.DefaultTimeout, verbs.DefaultRetryCount)
+	return verbs.RetryBound(v.qpConf.Timeout, v.qpConf.RetryCount)
 }
 
 // postRecvs posts p's receive buffers first, first+1, … (mod vCredits),

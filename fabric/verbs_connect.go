@@ -273,7 +273,7 @@ func (v *verbsProvider) connectQP(w int, qpn, psn uint32) error {
 		return nil
 	}
 	remote := verbs.Endpoint{GID: v.addrs[w].gid, QPN: qpn, PSN: psn}
-	if err := p.qp.Connect(remote, verbs.ConnectConfig{GIDIndex: v.gidIndex}); err != nil {
+	if err := p.qp.Connect(remote, v.connectConfig()); err != nil {
 		return fmt.Errorf("connecting to rank %d over %s: %w", w, v.dev.Name(), err)
 	}
 	p.connected = true

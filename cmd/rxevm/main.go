@@ -71,6 +71,7 @@ func run(argv []string) int {
 	qemu := fs.String("qemu", env("RXEVM_QEMU", "qemu-system-x86_64"), "qemu `binary` ($RXEVM_QEMU)")
 	cache := fs.String("cache", vm.DefaultCacheDir(), "`directory` for cached initramfs images and probe results ($RXEVM_CACHE)")
 	timeout := fs.Duration("timeout", durationEnv("RXEVM_TIMEOUT", 10*time.Minute), "kill the VM after this `duration`; 0 means never ($RXEVM_TIMEOUT)")
+	startTimeout := fs.Duration("start-timeout", durationEnv("RXEVM_START_TIMEOUT", vm.DefaultStartTimeout), "boot again, once, a guest that has not started the command after this `duration`; negative means never ($RXEVM_START_TIMEOUT)")
 	accel := fs.String("accel", env("RXEVM_ACCEL", "auto"), "`accelerator`: auto (probe KVM once, else TCG), kvm, tcg ($RXEVM_ACCEL)")
 	mem := fs.String("m", env("RXEVM_MEM", "2G"), "guest `memory` ($RXEVM_MEM)")
 	cpus := fs.Int("smp", 2, "guest `vCPUs`")
@@ -96,7 +97,7 @@ func run(argv []string) int {
 	defer stop()
 	res, err := vm.Run(ctx, vm.Config{
 		Args: fs.Args(), Env: os.Environ(), Dir: wd, Topology: topo,
-		Kernel: *kernel, QEMU: *qemu, CacheDir: *cache, Timeout: *timeout,
+		Kernel: *kernel, QEMU: *qemu, CacheDir: *cache, Timeout: *timeout, StartTimeout: *startTimeout,
 		Accel: vm.Accel(*accel), Memory: *mem, CPUs: *cpus, Quiet: *quiet,
 		Stdout: os.Stdout, Stderr: os.Stderr,
 	})

@@ -108,6 +108,22 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
+// TestStartTimeout: a guest that has not started the command within
+// -start-timeout is killed and booted once more, then the run fails. One
+// second is far less than a TCG boot takes (4–5 s), so both boots miss it.
+func TestStartTimeout(t *testing.T) {
+	requireVM(t)
+	start := time.Now()
+	r := runVM(t, "", "-q", "-start-timeout", "1s", "echo", "ran")
+	if r.status != exitRunner || strings.Count(r.stderr, "did not start the command within 1s") != 2 ||
+		!strings.Contains(r.stderr, "booting again") || strings.Contains(r.stdout, "ran") {
+		t.Errorf("status %d, stdout %q, stderr %q; want %d after two boots", r.status, r.stdout, r.stderr, exitRunner)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("took %v to give up on two 1s starts", d)
+	}
+}
+
 // TestStreaming checks that output arrives while the command runs, and that
 // stdout and stderr stay separate.
 func TestStreaming(t *testing.T) {

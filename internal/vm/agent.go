@@ -97,6 +97,9 @@ func agentRun() status {
 			return st
 		}
 	}
+	// Tell the host the guest came up: from here on only the command's
+	// own time counts.
+	os.WriteFile(filepath.Join(shareDir, startedFile), nil, 0o644)
 	err = cmd.Run()
 	var ee *exec.ExitError
 	switch {

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -63,32 +64,55 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res.Accel = accel
 
+	runCtx := ctx
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	for attempt := 1; ; attempt++ {
+		err = boot(ctx, runCtx, cfg, qemu, k, initrd, accel, &res)
+		res.Total = time.Since(start)
+		if errors.Is(err, ErrNoStart) && attempt == 1 {
+			fmt.Fprintf(cfg.Stderr, "rxevm: %v\nrxevm: booting again\n", err)
+			continue
+		}
+		return res, err
+	}
+}
+
+// boot runs the VM once: ctx is the caller's, runCtx the whole run's
+// (with Config.Timeout).
+func boot(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel, initrd string, accel Accel, res *Result) error {
 	runDir, err := os.MkdirTemp("", "rxevm-")
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer os.RemoveAll(runDir)
 	share := filepath.Join(runDir, "share")
 	if err := os.Mkdir(share, 0o755); err != nil {
-		return res, err
+		return err
 	}
 	if err := installAgent(share); err != nil {
-		return res, err
+		return err
 	}
 	sp, _ := json.Marshal(spec{Args: cfg.Args, Env: cfg.Env, Dir: cfg.Dir, Topology: cfg.Topology, Quiet: cfg.Quiet})
 	if err := os.WriteFile(filepath.Join(share, "spec.json"), sp, 0o644); err != nil {
-		return res, err
+		return err
 	}
 
 	var copies sync.WaitGroup
 	outSock, err := streamSocket(filepath.Join(runDir, "out.sock"), cfg.Stdout, &copies)
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer outSock.Close()
 	errSock, err := streamSocket(filepath.Join(runDir, "err.sock"), cfg.Stderr, &copies)
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer errSock.Close()
 
@@ -99,33 +123,39 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		"-chardev", "socket,id=err,path="+filepath.Join(runDir, "err.sock"),
 		"-serial", "chardev:out", "-serial", "chardev:err")
 
-	runCtx := ctx
-	if cfg.Timeout > 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, cfg.Timeout)
-		defer cancel()
+	// The agent leaves a file in the share when it starts the command; a
+	// guest that has not by StartTimeout hung on the way and is killed.
+	qctx, stopQEMU := context.WithCancel(runCtx)
+	defer stopQEMU()
+	var noStart atomic.Bool
+	if cfg.StartTimeout > 0 {
+		go watchStart(qctx, filepath.Join(share, startedFile), cfg.StartTimeout, func() {
+			noStart.Store(true)
+			stopQEMU()
+		})
 	}
 	var qemuOut bytes.Buffer
-	waitErr := runQEMU(runCtx, qemu, args, &qemuOut)
+	waitErr := runQEMU(qctx, qemu, args, &qemuOut)
 	// qemu closes its sockets when it exits; wait until every byte the
 	// command wrote has been copied out.
 	outSock.Close()
 	errSock.Close()
 	copies.Wait()
-	res.Total = time.Since(start)
 
 	st, stErr := readStatus(share)
 	switch {
 	case stErr == nil && st.Setup != "":
-		return res, fmt.Errorf("%w: %s", ErrTopology, st.Setup)
+		return fmt.Errorf("%w: %s", ErrTopology, st.Setup)
 	case stErr == nil:
 		res.ExitCode, res.Signal = st.Exit, syscall.Signal(st.Signal)
 		res.Boot = time.Duration(st.BootNanos)
-		return res, nil
+		return nil
+	case noStart.Load():
+		return fmt.Errorf("%w within %v: the VM was killed%s", ErrNoStart, cfg.StartTimeout, consoleTail(console, 20))
 	case runCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil:
-		return res, fmt.Errorf("%w after %v: the VM was killed%s", ErrTimeout, cfg.Timeout, consoleTail(console, 20))
+		return fmt.Errorf("%w after %v: the VM was killed%s", ErrTimeout, cfg.Timeout, consoleTail(console, 20))
 	case ctx.Err() != nil:
-		return res, fmt.Errorf("interrupted: %w", ctx.Err())
+		return fmt.Errorf("interrupted: %w", ctx.Err())
 	}
 	why := "qemu exited"
 	if waitErr != nil {
@@ -137,7 +167,34 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if q := strings.TrimSpace(qemuOut.String()); q != "" {
 		why += ": " + lastLines(q, 3)
 	}
-	return res, fmt.Errorf("%w (%s)%s", ErrNoStatus, why, consoleTail(console, 15))
+	return fmt.Errorf("%w (%s)%s", ErrNoStatus, why, consoleTail(console, 15))
+}
+
+// startedFile is what the agent creates in the share as it starts the
+// command.
+const startedFile = "started"
+
+// watchStart calls expired unless path appears within d or ctx ends.
+func watchStart(ctx context.Context, path string, d time.Duration, expired func()) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			if _, err := os.Stat(path); err != nil {
+				expired()
+			}
+			return
+		case <-tick.C:
+			if _, err := os.Stat(path); err == nil {
+				return
+			}
+		}
+	}
 }
 
 // DefaultCacheDir is $RXEVM_CACHE, else the user cache directory's

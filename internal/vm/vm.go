@@ -26,6 +26,10 @@ var (
 	// ErrNoStatus means the VM stopped without reporting the command's
 	// status: a kernel panic, an init failure, or qemu itself failing.
 	ErrNoStatus = errors.New("VM stopped without an exit status")
+	// ErrNoStart means the guest did not start the command within
+	// Config.StartTimeout, twice: it hung booting or building the
+	// topology.
+	ErrNoStart = errors.New("the guest did not start the command")
 	// ErrTopology means the requested topology could not be built.
 	ErrTopology = errors.New("topology could not be built")
 	// ErrNoQEMU means the qemu binary was not found.
@@ -87,14 +91,22 @@ type Config struct {
 	QEMU     string        // qemu binary; "" means qemu-system-x86_64 from PATH
 	CacheDir string        // where initramfs images and probe results are kept
 	Timeout  time.Duration // 0 means no limit
-	Accel    Accel         // "" means AccelAuto
-	Memory   string        // guest memory, qemu syntax; "" means 2G
-	CPUs     int           // guest vCPUs; 0 means 2
-	Quiet    bool          // suppress the topology banner on stderr
+	// StartTimeout bounds booting and building the topology: a guest that
+	// has not started the command by then is killed and booted once more.
+	// 0 means DefaultStartTimeout; negative means no bound.
+	StartTimeout time.Duration
+	Accel        Accel  // "" means AccelAuto
+	Memory       string // guest memory, qemu syntax; "" means 2G
+	CPUs         int    // guest vCPUs; 0 means 2
+	Quiet        bool   // suppress the topology banner on stderr
 
 	Stdout io.Writer // the command's standard output
 	Stderr io.Writer // the command's standard error, and the runner's notes
 }
+
+// DefaultStartTimeout is Config.StartTimeout's default: TCG boots the
+// guest and builds rxe2 in well under 30 s even on a loaded machine.
+const DefaultStartTimeout = 3 * time.Minute
 
 // Result is how the command ended.
 type Result struct {
