@@ -93,7 +93,7 @@ func TestProviderOption(t *testing.T) {
 
 func TestVerbsTimeoutOption(t *testing.T) {
 	o, err := buildOptions(nil)
-	if c := o.qpConfig(); err != nil || c.Timeout != verbs.DefaultTimeout || c.RetryCount != verbs.DefaultRetryCount {
+	if c := o.qpConfig(); err != nil || c.Timeout != vTimeout || c.RetryCount != verbs.DefaultRetryCount {
 		t.Errorf("defaults: %+v, %v", c, err)
 	}
 	t.Setenv("RIVET_VERBS_TIMEOUT", "17")

@@ -27,10 +27,11 @@ type options struct {
 // count, which bound how long a request to a dead peer takes to fail:
 // retries+1 transmissions, 4.096 µs × 2^timeout apart (see
 // verbs.RetryBound). timeout is 1..31 and retries 1..6; 0 keeps the
-// default for either (verbs.DefaultTimeout, verbs.DefaultRetryCount).
-// Shorter bounds find failures sooner and call a peer that is only slow
-// (a loaded or emulated machine) dead more often. The RIVET_VERBS_TIMEOUT
-// and RIVET_VERBS_RETRY environment variables set the same.
+// default for either (timeout 16, about 268 ms; 6 retries: a bound of
+// about 2.1 s). Shorter bounds find failures sooner and call a peer that
+// is only slow (a loaded or emulated machine) dead more often. The
+// RIVET_VERBS_TIMEOUT and RIVET_VERBS_RETRY environment variables set the
+// same.
 func WithVerbsTimeout(timeout uint8, retries int) Option {
 	return func(o *options) { o.qpTimeout, o.qpRetry = timeout, retries }
 }
@@ -103,12 +104,20 @@ func buildOptions(opts []Option) (options, error) {
 	return o, nil
 }
 
+// vTimeout is the fabric's default transport timeout: 268 ms between
+// retransmissions, four times the verbs package's default. With that one
+// (67 ms, a 0.54 s bound) one fabric test run in eight in the soft-RoCE
+// VM had a live peer declared dead: its probe went unacknowledged for the
+// whole bound, four ranks on two emulated CPUs. A false failure costs a
+// job a live process for good; a slower true one costs 1.6 s.
+const vTimeout = 16
+
 // qpConfig is the connection settings the options ask of verbs queue
 // pairs, with the defaults filled in.
 func (o *options) qpConfig() verbs.ConnectConfig {
 	c := verbs.ConnectConfig{Timeout: o.qpTimeout, RetryCount: o.qpRetry}
 	if c.Timeout == 0 {
-		c.Timeout = verbs.DefaultTimeout
+		c.Timeout = vTimeout
 	}
 	if c.RetryCount == 0 {
 		c.RetryCount = verbs.DefaultRetryCount
