@@ -18,7 +18,7 @@ type options struct {
 	node     string // overrides the node key
 	shmPipe  int    // largest rendezvous message moved by pipeline on shared memory
 	// The verbs queue pairs' transport timeout (exponent) and retry count;
-	// 0 means the verbs package's default.
+	// 0 means the fabric's default (vTimeout, verbs.DefaultRetryCount).
 	qpTimeout uint8
 	qpRetry   int
 }
