@@ -2,13 +2,16 @@
 
 package collectives
 
-// Without packed-add kernels the sums run in Go (op.go).
-
-func sum8x64(in, inout []byte)   {}
-func sum16x64(in, inout []byte)  {}
-func sum32x64(in, inout []byte)  {}
-func sum64x64(in, inout []byte)  {}
-func sumF32x64(in, inout []byte) {}
-func sumF64x64(in, inout []byte) {}
+// Without packed-add kernels the sums run in Go (op.go), which checks
+// haveSumKernels and never calls these.
 
 const haveSumKernels = false
+
+func sum8x64(in, inout []byte)   { noKernels() }
+func sum16x64(in, inout []byte)  { noKernels() }
+func sum32x64(in, inout []byte)  { noKernels() }
+func sum64x64(in, inout []byte)  { noKernels() }
+func sumF32x64(in, inout []byte) { noKernels() }
+func sumF64x64(in, inout []byte) { noKernels() }
+
+func noKernels() { panic("collectives: packed-add kernel called on an architecture without them") }
