@@ -44,6 +44,7 @@ func TestVerbsPointToPoint(t *testing.T) {
 					}
 				}
 				t.Run(fmt.Sprintf("%s/%d/%s", name, n, prog), func(t *testing.T) {
+					testutil.LogRXECountersOnFailure(t)
 					out := runOK(t, n, prog, "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+dev)
 					_ = out
 				})
@@ -106,6 +107,7 @@ func progMixed(ctx context.Context, ep *Endpoint) error {
 
 func TestVerbsMixedJob(t *testing.T) {
 	testutil.RXEDevices(t)
+	testutil.LogRXECountersOnFailure(t)
 	out := runOK(t, 4, "mixed")
 	t.Log(strings.Count(out, "ok"), "ranks ok")
 }
@@ -231,6 +233,7 @@ func rxeCounter(t *testing.T, dev, name string) int64 {
 
 func TestVerbsFlood(t *testing.T) {
 	devs := testutil.RXEDevices(t)
+	testutil.LogRXECountersOnFailure(t)
 	// Receiver-not-ready NAKs sent and received, and RNR retries run out.
 	// (Not transport retries: a sender that exits while rank 0 probes it
 	// may legitimately cost one.)
