@@ -2,11 +2,13 @@ package vm
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestVersionLess(t *testing.T) {
@@ -105,5 +107,43 @@ func TestCPIO(t *testing.T) {
 	}
 	if l, _ := os.Readlink(filepath.Join(dir, "bin/sh")); l != "hello" {
 		t.Errorf("bin/sh -> %q", l)
+	}
+}
+
+func TestWatchStart(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, startedFile)
+	expired := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		watchStart(context.Background(), path, 2*time.Second, func() { expired <- struct{}{} })
+		close(done)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	select {
+	case <-expired:
+		t.Error("expired although the guest started")
+	default:
+	}
+
+	start := time.Now()
+	watchStart(context.Background(), filepath.Join(dir, "never"), 300*time.Millisecond, func() { expired <- struct{}{} })
+	select {
+	case <-expired:
+	default:
+		t.Errorf("no expiry after %v without the file", time.Since(start))
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	watchStart(ctx, filepath.Join(dir, "never"), time.Hour, func() { expired <- struct{}{} })
+	select {
+	case <-expired:
+		t.Error("expired after its context ended")
+	default:
 	}
 }
