@@ -419,3 +419,25 @@ func progCtx(ctx context.Context, ep *fabric.Endpoint) error {
 }
 
 func TestContextEnds(t *testing.T) { runOK(t, 2, "ctx") }
+
+// TestAllreduceSelection pins the size rules of the allreduce table.
+func TestAllreduceSelection(t *testing.T) {
+	for _, c := range []struct {
+		bytes, n int
+		commutative bool
+		want        Algorithm
+	}{
+		{8, 2, true, SharedSlots},
+		{1024, 64, true, SharedSlots}, // up to 1 KiB, whatever the count
+		{4096, 4, true, SharedSlots},  // 16 KiB in all
+		{2048, 8, true, SharedSlots},
+		{4096, 8, true, RecursiveDoubling}, // 32 KiB in all
+		{8192, 2, true, RecursiveDoubling},
+		{32 << 10, 4, true, Ring},
+		{32 << 10, 4, false, RecursiveDoubling},
+	} {
+		if got := choose("allreduce", c.bytes, c.n, c.commutative); got != c.want {
+			t.Errorf("allreduce of %d bytes on %d (commutative %v): %s, want %s", c.bytes, c.n, c.commutative, got, c.want)
+		}
+	}
+}

@@ -25,7 +25,7 @@ const (
 	RecursiveDoubling Algorithm = "recursive_doubling" // allreduce, allgather (2^k ranks), scan
 	Ring              Algorithm = "ring"               // allreduce (commutative), allgather(v), reduce_scatter
 	ReduceBcast       Algorithm = "reduce_bcast"       // allreduce
-	SharedSlots       Algorithm = "shared_slots"       // allreduce: vectors in shared memory (world, one node, ≤ 1 KiB)
+	SharedSlots       Algorithm = "shared_slots"       // allreduce: vectors in shared memory (world, one node, ≤ 4 KiB)
 	Rabenseifner      Algorithm = "rabenseifner"       // allreduce: recursive halving + doubling
 	Linear            Algorithm = "linear"             // gather(v), scatter(v), alltoall(v)
 	Pairwise          Algorithm = "pairwise"           // alltoall(v)
@@ -143,7 +143,9 @@ func choose(coll string, bytes, n int, commutative bool) Algorithm {
 		if a == Auto {
 			a = RecursiveDoubling
 			switch {
-			case bytes <= fabric.NodeAllreduceMax:
+			case bytes <= fabric.NodeAllreduceMax && (bytes <= 1<<10 || bytes*n <= 16<<10):
+				// Every process reads every slot, so above 1 KiB only
+				// while the whole is small: up to 4 KiB on 4 ranks.
 				a = SharedSlots // falls back to recursive doubling where it cannot serve
 			case bytes >= 32<<10 && commutative:
 				// From 32 KiB recursive doubling's whole-vector messages

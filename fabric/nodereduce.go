@@ -8,7 +8,7 @@ import (
 )
 
 // Node collectives: a barrier and small allreduces meet in shared memory.
-// For allreduces each process has two slots in its segment's header page,
+// For allreduces each process has two slots in its segment's header,
 // used by turns (the parity of the allreduce's sequence number). A slot
 // starts with the sequence number of the allreduce it holds, stored last,
 // then the vector's length and the vector itself: a reader polls the line
@@ -20,10 +20,10 @@ const (
 
 	// NodeAllreduceMax is the longest vector (in bytes) that
 	// Comm.NodeAllreduce carries.
-	NodeAllreduceMax = 1024
+	NodeAllreduceMax = 4096
 )
 
-// The slots fit in the segment's header page.
+// The slots fit in the segment's header.
 var _ [shmHeader - segSlots - 2*segSlotSize]struct{}
 
 // NodeAllreduce is a blocking allreduce through shared memory. It reports

@@ -40,8 +40,10 @@ import (
 // receiver copies them out); it answers with a FIN frame.
 
 const (
-	shmMagic      = 0x52495645_54534d32 // "RIVETSM2"
-	shmHeader     = 4096
+	shmMagic = 0x52495645_54534d33 // "RIVETSM3"
+	// The header's three pages hold the words below, then the allreduce
+	// slots (nodereduce.go).
+	shmHeader     = 12288
 	shmCellSize   = 256 // frames start on a cell
 	shmCellHeader = 48  // the sequence word and a frame header
 	shmEager      = 16 << 10
