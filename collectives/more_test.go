@@ -423,7 +423,7 @@ func TestContextEnds(t *testing.T) { runOK(t, 2, "ctx") }
 // TestAllreduceSelection pins the size rules of the allreduce table.
 func TestAllreduceSelection(t *testing.T) {
 	for _, c := range []struct {
-		bytes, n int
+		bytes, n    int
 		commutative bool
 		want        Algorithm
 	}{

@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -65,28 +66,16 @@ func buildOptions(opts []Option) (options, error) {
 	// shared memory moves by pipeline through its rings (bytes; 0, the
 	// default: none, every one is read with process_vm_readv); see
 	// docs/fabric.md.
-	if v := os.Getenv("RIVET_SHM_PIPELINE_MAX"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return o, fmt.Errorf("%w: RIVET_SHM_PIPELINE_MAX=%q (want a size in bytes)", ErrInvalid, v)
-		}
-		o.shmPipe = n
+	if err := envInt("RIVET_SHM_PIPELINE_MAX", math.MaxInt, &o.shmPipe); err != nil {
+		return o, err
 	}
-	for _, env := range []struct {
-		name string
-		max  int
-		dst  func(int)
-	}{
-		{"RIVET_VERBS_TIMEOUT", 31, func(n int) { o.qpTimeout = uint8(n) }},
-		{"RIVET_VERBS_RETRY", 6, func(n int) { o.qpRetry = n }},
-	} {
-		if v := os.Getenv(env.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > env.max {
-				return o, fmt.Errorf("%w: %s=%q (want 0..%d)", ErrInvalid, env.name, v, env.max)
-			}
-			env.dst(n)
-		}
+	var timeout int
+	if err := envInt("RIVET_VERBS_TIMEOUT", 31, &timeout); err != nil {
+		return o, err
+	}
+	o.qpTimeout = uint8(timeout)
+	if err := envInt("RIVET_VERBS_RETRY", 6, &o.qpRetry); err != nil {
+		return o, err
 	}
 	for _, f := range opts {
 		f(&o)
@@ -102,6 +91,21 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("%w: provider %q (want auto, shm or verbs)", ErrInvalid, o.provider)
 	}
 	return o, nil
+}
+
+// envInt sets *dst from the environment variable name, if it is set: a
+// whole number from 0 to max, else an error wrapping ErrInvalid.
+func envInt(name string, max int, dst *int) error {
+	v := os.Getenv(name)
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > max {
+		return fmt.Errorf("%w: %s=%q (want a whole number from 0 to %d)", ErrInvalid, name, v, max)
+	}
+	*dst = n
+	return nil
 }
 
 // vTimeout is the fabric's default transport timeout: 268 ms between

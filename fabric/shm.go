@@ -151,7 +151,7 @@ func newShmSegment(prefix string, rank, nlocal int) (*shmProvider, error) {
 	binary.LittleEndian.PutUint64(seg[segLocal:], uint64(nlocal))
 	binary.LittleEndian.PutUint64(seg[segCells:], uint64(shmCells(nlocal)))
 	atomic.StoreUint64(word(seg, segMagic), shmMagic)
-	return &shmProvider{path: path, seg: seg, cells: shmCells(nlocal), pipeMax: shmPipeMax}, nil
+	return &shmProvider{path: path, seg: seg, cells: shmCells(nlocal)}, nil
 }
 
 func word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }

@@ -1,5 +1,7 @@
 package fabric
 
+import "slices"
+
 // The shared-memory pipeline: how a rendezvous message up to the
 // provider's pipeline limit moves. The receiver that matched the RTS
 // answers with a CTS; the sender then copies the message into the ring
@@ -106,7 +108,7 @@ func (s *shmProvider) pipeFrame(e *engine, peer int, h *hdr, p *payload) {
 	off, n := int(h.addr), p.len()
 	if off != rd.got || n > len(rd.dst)-off {
 		r := rd.r
-		s.dropRead(i)
+		s.reads = slices.Delete(s.reads, i, i+1)
 		e.readDone(r, peer, h.id, procFailed("world rank %d: pipeline fragment at %d+%d of %d bytes, expected %d", peer, off, n, len(rd.dst), rd.got))
 		return
 	}
@@ -116,7 +118,7 @@ func (s *shmProvider) pipeFrame(e *engine, peer int, h *hdr, p *payload) {
 	rd.got += n
 	if rd.got == len(rd.dst) {
 		r := rd.r
-		s.dropRead(i)
+		s.reads = slices.Delete(s.reads, i, i+1)
 		e.readDone(r, peer, h.id, nil)
 	}
 }
@@ -128,13 +130,6 @@ func (s *shmProvider) findRead(peer int, id uint64) int {
 		}
 	}
 	return -1
-}
-
-func (s *shmProvider) dropRead(i int) {
-	last := len(s.reads) - 1
-	s.reads[i] = s.reads[last]
-	s.reads[last] = shmPipeRead{}
-	s.reads = s.reads[:last]
 }
 
 // pump sends the CTSs that found no room and fills the rings with the
@@ -170,16 +165,9 @@ func (s *shmProvider) pump() int {
 			i++
 			continue
 		}
-		s.dropStream(i)
+		s.streams = slices.Delete(s.streams, i, i+1)
 	}
 	return n
-}
-
-func (s *shmProvider) dropStream(i int) {
-	last := len(s.streams) - 1
-	s.streams[i] = s.streams[last]
-	s.streams[last] = shmStream{}
-	s.streams = s.streams[:last]
 }
 
 // peerFailed ends the pipelines with world rank peer, which is gone: its
@@ -187,14 +175,14 @@ func (s *shmProvider) dropStream(i int) {
 func (s *shmProvider) peerFailed(e *engine, peer int, cause error) {
 	for i := 0; i < len(s.streams); {
 		if s.streams[i].peer == peer {
-			s.dropStream(i)
+			s.streams = slices.Delete(s.streams, i, i+1)
 			continue
 		}
 		i++
 	}
 	for i := 0; i < len(s.reads); {
 		if rd := s.reads[i]; rd.peer == peer {
-			s.dropRead(i)
+			s.reads = slices.Delete(s.reads, i, i+1)
 			e.readDone(rd.r, peer, rd.id, cause)
 			continue
 		}

@@ -15,12 +15,12 @@ import (
 // sequence errors, duplicate requests and retry errors there, which tell
 // a dropped packet from a peer that stopped answering.
 func LogRXECountersOnFailure(t testing.TB) {
-	before := rdmaCounters()
+	before := RDMACounters()
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		after := rdmaCounters()
+		after := RDMACounters()
 		keys := make([]string, 0, len(after))
 		for k := range after {
 			keys = append(keys, k)
@@ -36,9 +36,10 @@ func LogRXECountersOnFailure(t testing.TB) {
 	})
 }
 
-// rdmaCounters reads /sys/class/infiniband/DEV/ports/N/hw_counters/* as
-// "DEV/N/name" → value.
-func rdmaCounters() map[string]int64 {
+// RDMACounters reads every RDMA port's hardware counters
+// (/sys/class/infiniband/DEV/ports/N/hw_counters/NAME), keyed
+// "DEV/N/NAME".
+func RDMACounters() map[string]int64 {
 	m := map[string]int64{}
 	files, _ := filepath.Glob("/sys/class/infiniband/*/ports/*/hw_counters/*")
 	for _, f := range files {
