@@ -104,8 +104,9 @@ type Config struct {
 	Stderr io.Writer // the command's standard error, and the runner's notes
 }
 
-// DefaultStartTimeout is Config.StartTimeout's default: TCG boots the
-// guest and builds rxe2 in well under 30 s even on a loaded machine.
+// DefaultStartTimeout is Config.StartTimeout's default: under TCG the
+// guest kernel booted in 3.7–6.8 s in 53 runs on the 2-core CI machine,
+// some of them beside a second VM, so minutes mean a hang.
 const DefaultStartTimeout = 3 * time.Minute
 
 // Result is how the command ended.
