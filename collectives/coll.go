@@ -245,14 +245,24 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 	if send != nil && len(send) != len(recv) {
 		return fabric.Request{}, countErr("send has %d elements, recv %d", len(send), len(recv))
 	}
-	if blocking && c != nil && checkType[T]() == nil &&
-		choose("allreduce", len(recv)*size[T](), c.Size(), op.commutative) == SharedSlots {
-		acc := bytesOf(recv)
+	if blocking && c != nil && checkType[T]() == nil {
+		// The node algorithms run to completion here, or report that they
+		// cannot serve and leave it to a schedule.
+		var sb []byte
 		if send != nil {
-			copy(acc, bytesOf(send))
+			sb = bytesOf(send)
 		}
-		if ok, err := c.NodeAllreduce(ctx, acc, op.fn); ok {
-			return fabric.Request{}, err
+		switch choose("allreduce", len(recv)*size[T](), c.Size(), op.commutative) {
+		case SharedSlots:
+			acc := bytesOf(recv)
+			copy(acc, sb) // in place: sb is nil
+			if ok, err := c.NodeAllreduce(ctx, acc, op.fn); ok {
+				return fabric.Request{}, err
+			}
+		case SharedChunks:
+			if ok, err := c.NodeAllreduceChunks(ctx, sb, bytesOf(recv), size[T](), op.fn); ok {
+				return fabric.Request{}, err
+			}
 		}
 	}
 	s, err := begin[T](c, noRoot)
@@ -261,6 +271,9 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 	}
 	acc, me, n := bytesOf(recv), c.Rank(), c.Size()
 	algo := choose("allreduce", len(acc), n, op.commutative)
+	if algo == SharedSlots || algo == SharedChunks {
+		algo = allreduceByMessages(len(acc), op.commutative)
+	}
 	if algo == Ring && n > 1 {
 		var sb []byte
 		if send != nil {
@@ -273,8 +286,6 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 		copy(acc, bytesOf(send))
 	}
 	switch algo {
-	case SharedSlots: // where NodeAllreduce cannot serve
-		allreduceRecursiveDoubling(s, acc, op, me, n)
 	case Rabenseifner:
 		allreduceRabenseifner(s, acc, op, size[T](), me, n)
 	case ReduceBcast:

@@ -21,6 +21,91 @@ func init() {
 	progs["ops"] = progOps
 	progs["bad"] = progBad
 	progs["kill"] = progKill
+	progs["chunks"] = progChunks
+}
+
+// Triple is a 12-byte element: the staged chunks of the shared_chunks
+// allreduce then hold a number of elements that is no power of two.
+type Triple [3]int32
+
+// then combines f (lower ranks) with g: associative, not commutative.
+func (f Triple) then(g Triple) Triple {
+	return Triple{int32(int64(f[0]) * int64(g[0]) % mod), int32((int64(g[0])*int64(f[1]) + int64(g[1])) % mod), f[2] ^ g[2]}
+}
+
+var thenTriples = NewOp("then", false, func(in, inout []Triple) {
+	for i, f := range in {
+		inout[i] = f.then(inout[i])
+	}
+})
+
+func tval(r, i int) Triple { return Triple{int32(r + 2 + i%5), int32(r*13 + i%1000), int32(r*i + 7)} }
+
+// triples is the reference: every rank's k elements folded in rank order.
+func triples(n, k int) []Triple {
+	want := make([]Triple, k)
+	for i := range want {
+		want[i] = tval(n-1, i)
+		for r := n - 2; r >= 0; r-- {
+			want[i] = tval(r, i).then(want[i])
+		}
+	}
+	return want
+}
+
+// progChunks: shared_chunks with 12-byte elements and a non-commutative
+// op, at lengths around its 256 KiB chunks and ones that leave some
+// processes' shares empty; in place and not.
+func progChunks(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	me, n := c.Rank(), c.Size()
+	if err := Force("allreduce", SharedChunks); err != nil {
+		return err
+	}
+	defer Force("allreduce", Auto)
+	const chunk = 256 << 10 / 12
+	for _, k := range []int{1, n - 1, n + 1, 1000, chunk - 1, chunk, chunk + 1, 2*chunk + 3, 5 * chunk} {
+		want := triples(n, k)
+		send := make([]Triple, k)
+		for i := range send {
+			send[i] = tval(me, i)
+		}
+		got := make([]Triple, k)
+		if err := Allreduce(ctx, c, send, got, thenTriples); err != nil {
+			return fmt.Errorf("%d elements: %w", k, err)
+		}
+		if !slices.Equal(got, want) {
+			return fail("%d elements: wrong", k)
+		}
+		if err := Allreduce(ctx, c, nil, send, thenTriples); err != nil {
+			return fmt.Errorf("%d elements in place: %w", k, err)
+		}
+		if !slices.Equal(send, want) {
+			return fail("%d elements in place: wrong", k)
+		}
+	}
+	// Every process compares every length, so all see a mismatch — which
+	// only the staged chunks do (recursive doubling, which serves where
+	// they cannot, sees it at some processes) — and stay in step.
+	k := chunk + 1
+	if me == 0 {
+		k++
+	}
+	err := Allreduce(ctx, c, make([]Triple, k), make([]Triple, k), thenTriples)
+	if !errors.Is(err, fabric.ErrMismatch) {
+		return fail("mismatched lengths: %v", err)
+	}
+	one := []Triple{tval(me, 0)}
+	if err := Allreduce(ctx, c, nil, one, thenTriples); err != nil || one[0] != triples(n, 1)[0] {
+		return fail("after the mismatch: %v %v", one, err)
+	}
+	return nil
+}
+
+func TestSharedChunks(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { runOK(t, n, "chunks") })
+	}
 }
 
 // progBig: 4 MiB through the long-message algorithms of every collective
@@ -313,6 +398,9 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 		err = Reduce(ctx, c, big, make([]int64, len(big)), Sum[int64](), 0)
 	case "allreduce":
 		err = Allreduce(ctx, c, big, make([]int64, len(big)), Sum[int64]())
+	case "allreduce_ring": // by messages; "allreduce" takes shared_chunks
+		Force("allreduce", Ring)
+		err = Allreduce(ctx, c, big, make([]int64, len(big)), Sum[int64]())
 	case "allreduce_small": // shared_slots
 		err = Allreduce(ctx, c, big[:8], make([]int64, 8), Sum[int64]())
 	case "gather":
@@ -340,7 +428,7 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 }
 
 func TestRankKilled(t *testing.T) {
-	for _, coll := range []string{"barrier", "bcast", "reduce", "allreduce", "allreduce_small", "gather", "scatter", "allgather", "alltoall", "reduce_scatter", "scan"} {
+	for _, coll := range []string{"barrier", "bcast", "reduce", "allreduce", "allreduce_ring", "allreduce_small", "gather", "scatter", "allgather", "alltoall", "reduce_scatter", "scan"} {
 		t.Run(coll, func(t *testing.T) {
 			out, errs, st := runJob(t, 4, "kill", true, "RIVET_COLL_KILL="+coll)
 			if st != 137 {
@@ -432,12 +520,26 @@ func TestAllreduceSelection(t *testing.T) {
 		{4096, 4, true, SharedSlots},  // 16 KiB in all
 		{2048, 8, true, SharedSlots},
 		{4096, 8, true, RecursiveDoubling}, // 32 KiB in all
-		{8192, 2, true, RecursiveDoubling},
-		{32 << 10, 4, true, Ring},
-		{32 << 10, 4, false, RecursiveDoubling},
+		{8 << 10, 2, true, SharedChunks},
+		{1 << 20, 4, false, SharedChunks}, // folds in rank order
 	} {
 		if got := choose("allreduce", c.bytes, c.n, c.commutative); got != c.want {
 			t.Errorf("allreduce of %d bytes on %d (commutative %v): %s, want %s", c.bytes, c.n, c.commutative, got, c.want)
+		}
+	}
+	// Where the node algorithms cannot serve.
+	for _, c := range []struct {
+		bytes       int
+		commutative bool
+		want        Algorithm
+	}{
+		{8, true, RecursiveDoubling},
+		{8 << 10, true, RecursiveDoubling},
+		{32 << 10, true, Ring},
+		{32 << 10, false, RecursiveDoubling},
+	} {
+		if got := allreduceByMessages(c.bytes, c.commutative); got != c.want {
+			t.Errorf("allreduce of %d bytes by messages (commutative %v): %s, want %s", c.bytes, c.commutative, got, c.want)
 		}
 	}
 }

@@ -26,6 +26,7 @@ const (
 	Ring              Algorithm = "ring"               // allreduce (commutative), allgather(v), reduce_scatter
 	ReduceBcast       Algorithm = "reduce_bcast"       // allreduce
 	SharedSlots       Algorithm = "shared_slots"       // allreduce: vectors in shared memory (world, one node, ≤ 4 KiB)
+	SharedChunks      Algorithm = "shared_chunks"      // allreduce: chunks staged in shared memory (world, one node)
 	Rabenseifner      Algorithm = "rabenseifner"       // allreduce: recursive halving + doubling
 	Linear            Algorithm = "linear"             // gather(v), scatter(v), alltoall(v)
 	Pairwise          Algorithm = "pairwise"           // alltoall(v)
@@ -38,7 +39,7 @@ var algorithms = map[string][]Algorithm{
 	"barrier":        {SharedFlags, Dissemination, Tree},
 	"bcast":          {Binomial, ScatterAllgather},
 	"reduce":         {Binomial},
-	"allreduce":      {SharedSlots, RecursiveDoubling, Ring, Rabenseifner, ReduceBcast},
+	"allreduce":      {SharedSlots, SharedChunks, RecursiveDoubling, Ring, Rabenseifner, ReduceBcast},
 	"gather":         {Binomial, Linear},
 	"scatter":        {Binomial, Linear},
 	"allgather":      {RecursiveDoubling, Ring, Bruck},
@@ -122,6 +123,19 @@ const (
 	longMsg  = 512 << 10
 )
 
+// allreduceByMessages is the table's allreduce where the shared-memory
+// algorithms, which it prefers on one node, cannot serve: off the node, on
+// other communicators, and nonblocking.
+func allreduceByMessages(bytes int, commutative bool) Algorithm {
+	if bytes >= 32<<10 && commutative {
+		// From 32 KiB recursive doubling's whole-vector messages leave
+		// shared memory's 16 KiB eager limit for rendezvous; the ring's
+		// are halves or less.
+		return Ring
+	}
+	return RecursiveDoubling
+}
+
 func choose(coll string, bytes, n int, commutative bool) Algorithm {
 	a := forcedFor(coll)
 	switch coll {
@@ -141,17 +155,17 @@ func choose(coll string, bytes, n int, commutative bool) Algorithm {
 			a = Auto
 		}
 		if a == Auto {
-			a = RecursiveDoubling
 			switch {
 			case bytes <= fabric.NodeAllreduceMax && (bytes <= 1<<10 || bytes*n <= 16<<10):
 				// Every process reads every slot, so above 1 KiB only
 				// while the whole is small: up to 4 KiB on 4 ranks.
-				a = SharedSlots // falls back to recursive doubling where it cannot serve
-			case bytes >= 32<<10 && commutative:
-				// From 32 KiB recursive doubling's whole-vector messages
-				// leave shared memory's 16 KiB eager limit for rendezvous;
-				// the ring's are halves or less.
-				a = Ring
+				a = SharedSlots
+			case bytes >= 8<<10:
+				// Staged chunks beat the messages from 8 KiB on 2 and 4
+				// ranks (docs/performance.md).
+				a = SharedChunks
+			default:
+				a = allreduceByMessages(bytes, commutative)
 			}
 		}
 	case "gather", "scatter":

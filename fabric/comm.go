@@ -38,6 +38,7 @@ type Comm struct {
 	collSeq   atomic.Int64             // schedules started: the next one's tag
 	epoch     uint64                   // node barriers entered (world only)
 	slotEpoch uint64                   // node allreduces entered (world only)
+	chunkSeq  uint64                   // chunks of chunked node allreduces (world only)
 	spare     atomic.Pointer[Schedule] // the last finished schedule, for the next
 }
 

@@ -40,7 +40,7 @@ import (
 // receiver copies them out); it answers with a FIN frame.
 
 const (
-	shmMagic = 0x52495645_54534d33 // "RIVETSM3"
+	shmMagic = 0x52495645_54534d34 // "RIVETSM4"
 	// The header's three pages hold the words below, then the allreduce
 	// slots (nodereduce.go).
 	shmHeader     = 12288
@@ -57,6 +57,12 @@ const (
 	segCells  = 16  // cells per ring
 	segClosed = 64  // set to 1 by a clean Close
 	segEpoch  = 128 // the last world barrier this process entered (its own line)
+
+	// The chunked node allreduce's words (nodechunks.go), each on its
+	// own line.
+	segChunkIn  = 192 // the last chunk whose operand this process staged
+	segChunkOut = 256 // the last chunk whose share this process reduced
+	segChunkLen = 320 // the length of the vector of its current allreduce
 )
 
 // shmCells is the ring length in cells: 1 MiB per ring, or 256 KiB when
@@ -69,6 +75,12 @@ func shmCells(nlocal int) int {
 }
 
 func shmSize(nlocal int) int {
+	return stageOff(nlocal) + 2*nodeChunk
+}
+
+// stageOff is where the chunked node allreduce's staging area starts, after
+// the rings.
+func stageOff(nlocal int) int {
 	return shmHeader + nlocal*(shmRingHeader+shmCells(nlocal)*shmCellSize)
 }
 

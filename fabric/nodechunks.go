@@ -1,0 +1,158 @@
+package fabric
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+)
+
+// Large node allreduces meet in shared memory too, a chunk at a time,
+// through a staging area of two chunk buffers at the end of each
+// process's segment, used by turns. Every chunk has a number, counted per
+// process across allreduces, and goes in four steps:
+//
+//  1. Each process copies its operand's chunk into its buffer — all but
+//     its own share (a 1/p slice of the chunk), which only it reads — and
+//     publishes the chunk's number in segChunkIn.
+//  2. Once every peer has, each folds its own share across all the
+//     operands in rank order, into its buffer's share, and copies the
+//     result into its output. It publishes the number in segChunkOut.
+//  3. Once every peer has, each copies the peers' results from their
+//     buffers into its output.
+//  4. A buffer is refilled two chunks later, once every peer has
+//     published the chunk between in segChunkIn — so has finished
+//     reading this one.
+//
+// Every process moves each byte about three times at memory speed: in,
+// reduced, out. The message-based ring moves it with process_vm_readv,
+// which pins pages and ran 3× slower than a copy here; see
+// docs/performance.md.
+const nodeChunk = 256 << 10 // bytes per buffer
+
+// NodeAllreduceChunks is a blocking allreduce through the shared memory
+// segments' staging areas, for vectors of any length. It reports false,
+// doing nothing, unless c is the world communicator, every process is on
+// this node, and fn is set. Otherwise it combines every process's send
+// (or acc, when send is nil) into every acc, as NodeAllreduce does: fn is
+// used as Reduce's, fn(in, inout) with in holding the lower ranks'
+// operand, folds go in rank order so fn need not be commutative, and
+// every process gets the same bits. elem is the size of an element: fn is
+// only ever given whole elements, at offsets that are multiples of elem.
+//
+// Like NodeAllreduce, every member must call it at the same points, and
+// nonblocking allreduces must not use it. A member that contributes a
+// vector of another length makes it fail with ErrMismatch at every
+// process.
+func (c *Comm) NodeAllreduceChunks(ctx context.Context, send, acc []byte, elem int, fn func(in, inout []byte)) (bool, error) {
+	if c == nil || !c.onNode() || fn == nil {
+		return false, nil
+	}
+	if elem <= 0 || elem > nodeChunk || len(acc)%elem != 0 || (send != nil && len(send) != len(acc)) {
+		return true, fmt.Errorf("%w: allreduce of %d bytes (send %d) in elements of %d", ErrInvalid, len(acc), len(send), elem)
+	}
+	if err := c.enterNode(); err != nil {
+		return true, err
+	}
+	if send == nil {
+		send = acc
+	}
+	shm := c.ep.shm
+	span := nodeChunk / elem * elem
+	for o := 0; o < len(acc) || o == 0; o += span {
+		n := min(span, len(acc)-o)
+		c.chunkSeq++
+		g := c.chunkSeq
+		// The buffer was last used by chunk g-2; every peer is done with
+		// it once it has staged chunk g-1.
+		if err := c.nodeWait(ctx, segChunkIn, g-1); err != nil {
+			return true, err
+		}
+		if o == 0 {
+			shm.publish(segChunkLen, uint64(len(acc)))
+		}
+		shm.stageIn(send[o:o+n], g, elem)
+		shm.publish(segChunkIn, g)
+		if err := c.nodeWait(ctx, segChunkIn, g); err != nil {
+			return true, err
+		}
+		if o == 0 {
+			if err := shm.sameLength(len(acc)); err != nil {
+				return true, err
+			}
+		}
+		shm.stageReduce(send[o:o+n], acc[o:o+n], g, elem, fn)
+		shm.publish(segChunkOut, g)
+		if err := c.nodeWait(ctx, segChunkOut, g); err != nil {
+			return true, err
+		}
+		shm.stageOut(acc[o:o+n], g, elem)
+	}
+	return true, nil
+}
+
+// share is the part of an n-byte chunk that local process ix reduces:
+// whole elements, the remainder spread over the first shares.
+func share(n, elem, ix, p int) (lo, hi int) {
+	k := n / elem
+	return ix * k / p * elem, (ix + 1) * k / p * elem
+}
+
+// stage is the buffer chunk g uses in the segment of local process ix.
+func (s *shmProvider) stage(ix int, g uint64) []byte {
+	off := stageOff(len(s.local)) + int(g&1)*nodeChunk
+	return s.segOf(ix)[off : off+nodeChunk : off+nodeChunk]
+}
+
+// stageIn copies the chunk v into this process's buffer for chunk g, all
+// but its own share.
+func (s *shmProvider) stageIn(v []byte, g uint64, elem int) {
+	b := s.stage(s.selfIx, g)
+	lo, hi := share(len(v), elem, s.selfIx, len(s.local))
+	copy(b[:lo], v[:lo])
+	copy(b[hi:len(v)], v[hi:])
+}
+
+// stageReduce folds this process's share of chunk g across every
+// process's operand — its own read from v — into its buffer, from the
+// highest rank down, and copies the result into out.
+func (s *shmProvider) stageReduce(v, out []byte, g uint64, elem int, fn func(in, inout []byte)) {
+	p, me := len(s.local), s.selfIx
+	lo, hi := share(len(v), elem, me, p)
+	if lo == hi {
+		return
+	}
+	operand := func(ix int) []byte {
+		if ix == me {
+			return v[lo:hi]
+		}
+		return s.stage(ix, g)[lo:hi]
+	}
+	acc := s.stage(me, g)[lo:hi]
+	copy(acc, operand(p-1))
+	for ix := p - 2; ix >= 0; ix-- {
+		fn(operand(ix), acc)
+	}
+	copy(out[lo:hi], acc)
+}
+
+// stageOut copies the peers' results for chunk g into out.
+func (s *shmProvider) stageOut(out []byte, g uint64, elem int) {
+	p := len(s.local)
+	for ix := 0; ix < p; ix++ {
+		if ix == s.selfIx {
+			continue
+		}
+		lo, hi := share(len(out), elem, ix, p)
+		copy(out[lo:hi], s.stage(ix, g)[lo:hi])
+	}
+}
+
+// sameLength checks every process's vector length against n.
+func (s *shmProvider) sameLength(n int) error {
+	for ix := range s.local {
+		if l := atomic.LoadUint64(word(s.segOf(ix), segChunkLen)); l != uint64(n) {
+			return fmt.Errorf("%w: rank %d contributed %d bytes to an allreduce, this process %d", ErrMismatch, s.local[ix], l, n)
+		}
+	}
+	return nil
+}
