@@ -58,11 +58,11 @@ const (
 	segClosed = 64  // set to 1 by a clean Close
 	segEpoch  = 128 // the last world barrier this process entered (its own line)
 
-	// The chunked node allreduce's words (nodechunks.go), each on its
-	// own line.
+	// The chunked node allreduce's words (nodechunks.go). The length is
+	// read right after the chunk number on its line, so it shares it.
 	segChunkIn  = 192 // the last chunk whose operand this process staged
+	segChunkLen = 200 // the length of the vector of its current allreduce
 	segChunkOut = 256 // the last chunk whose share this process reduced
-	segChunkLen = 320 // the length of the vector of its current allreduce
 )
 
 // shmCells is the ring length in cells: 1 MiB per ring, or 256 KiB when
