@@ -352,9 +352,10 @@ func Names() string {
 // settle lets the Go runtime reach its steady state before anything is
 // timed: for its first milliseconds the runtime's monitor thread wakes
 // every 20 µs, and with every CPU busy with a rank each wake-up delays one.
-// It backs off only while the process keeps running: a process that
-// sleeps (as this once did, for the same 30 ms) starts it over at 20 µs
-// on waking. So settle spins. Without the pause the first size of a run
+// It backs off while the process keeps running, and a thread that wakes
+// it from an idle process's deep sleep sets it back to 20 µs — which is
+// why a pause by sleeping (as this once was, for the same 30 ms) helped
+// less than one by spinning, measured below. Without the pause the first size of a run
 // was the slowest in each of five runs of a 2-rank 4–16-byte allreduce
 // (by 0.1–0.4 µs). With the sleep, a run starting at 16 KiB (100 timed
 // iterations, OSU's count above 8 KiB) took 5.1–17.6 µs there in four
