@@ -389,6 +389,10 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	t0 := time.Now()
 	var err error
 	big := make([]int64, 1<<16)
+	counts, displs := make([]int, n), make([]int, n)
+	for i := range counts {
+		counts[i], displs[i] = 100, 100*i
+	}
 	switch which {
 	case "barrier":
 		err = Barrier(ctx, c)
@@ -415,6 +419,25 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 		err = ReduceScatterBlock(ctx, c, make([]int64, 100*n), make([]int64, 100), Sum[int64]())
 	case "scan":
 		err = Scan(ctx, c, big[:100], make([]int64, 100), Sum[int64]())
+	case "exscan":
+		err = Exscan(ctx, c, big[:100], make([]int64, 100), Sum[int64]())
+	case "gatherv":
+		err = Gatherv(ctx, c, big[:100], make([]int64, 100*n), counts, displs, 0)
+	case "scatterv":
+		err = Scatterv(ctx, c, make([]int64, 100*n), counts, displs, big[:100], 2)
+	case "allgatherv":
+		err = Allgatherv(ctx, c, big[:100], make([]int64, 100*n), counts, displs)
+	case "alltoallv":
+		err = Alltoallv(ctx, c, make([]int64, 100*n), counts, displs, make([]int64, 100*n), counts, displs)
+	case "reduce_scatterv":
+		err = ReduceScatter(ctx, c, make([]int64, 100*n), make([]int64, 100), counts, Sum[int64]())
+	case "iallreduce":
+		var r fabric.Request
+		if r, err = Iallreduce(c, big, make([]int64, len(big)), Sum[int64]()); err == nil {
+			_, err = r.Wait(ctx)
+		}
+	default:
+		return fail("no collective %q to kill a rank in", which)
 	}
 	took := time.Since(t0)
 	fmt.Printf("%s: returned after %v: %v\n", which, took.Round(time.Millisecond), err)
@@ -428,7 +451,8 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 }
 
 func TestRankKilled(t *testing.T) {
-	for _, coll := range []string{"barrier", "bcast", "reduce", "allreduce", "allreduce_ring", "allreduce_small", "gather", "scatter", "allgather", "alltoall", "reduce_scatter", "scan"} {
+	for _, coll := range []string{"barrier", "bcast", "reduce", "allreduce", "allreduce_ring", "allreduce_small", "gather", "scatter", "allgather", "alltoall", "reduce_scatter", "scan",
+		"exscan", "gatherv", "scatterv", "allgatherv", "alltoallv", "reduce_scatterv", "iallreduce"} {
 		t.Run(coll, func(t *testing.T) {
 			out, errs, st := runJob(t, 4, "kill", true, "RIVET_COLL_KILL="+coll)
 			if st != 137 {
