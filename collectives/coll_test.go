@@ -412,7 +412,7 @@ func TestEveryCollective(t *testing.T) {
 // one that is not.
 func TestOverVerbs(t *testing.T) {
 	devs := testutil.RXEDevices(t)
-	for _, n := range []int{3, 4} {
+	for _, n := range []int{2, 3, 4, 7, 8} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			runOK(t, n, "all", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+strings.Join(devs, ","))
 		})

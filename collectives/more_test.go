@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 func init() {
@@ -185,6 +186,16 @@ func progBig(ctx context.Context, ep *fabric.Endpoint) error {
 func TestFourMiB(t *testing.T) {
 	for _, n := range []int{3, 8} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) { runOK(t, n, "big") })
+	}
+}
+
+// TestFourMiBOverVerbs is TestFourMiB with every peer over RDMA.
+func TestFourMiBOverVerbs(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	for _, n := range []int{3, 4} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			runOK(t, n, "big", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+strings.Join(devs, ","))
+		})
 	}
 }
 
