@@ -13,6 +13,11 @@
 // collective over a communicator that includes it returns an error
 // wrapping fabric.ErrProcFailed, but one process may have succeeded
 // while another fails.
+//
+// A blocking collective returns ctx's error once ctx ends. The other
+// processes' part of it cannot be withdrawn (MPI cannot cancel a
+// collective either), so the communicator's collectives are then out of
+// step at this process: use it for no further collectives.
 package collectives
 
 import (
