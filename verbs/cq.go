@@ -145,9 +145,11 @@ func (cq *CQ) Cap() int { return int(cq.ring.Capacity()) }
 // completion with a non-success Status, not an error; the error is for a
 // closed CQ.
 func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
+	// No defer: this is the busiest loop of every waiting process, and
+	// nothing in it can panic.
 	cq.mu.Lock()
-	defer cq.mu.Unlock()
 	if cq.closed {
+		cq.mu.Unlock()
 		return 0, ErrClosed
 	}
 	n := 0
@@ -167,6 +169,7 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 		cq.ring.Consume()
 		n++
 	}
+	cq.mu.Unlock()
 	return n, nil
 }
 

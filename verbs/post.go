@@ -85,7 +85,13 @@ type RecvWR struct {
 // report progress. The send CQ must have room for every signaled request.
 func (qp *QP) PostSend(wrs ...SendWR) error {
 	qp.sqMu.Lock()
-	defer qp.sqMu.Unlock()
+	err := qp.postSend(wrs)
+	qp.sqMu.Unlock()
+	return err
+}
+
+// postSend is PostSend with qp.sqMu held (no defer on the fast path).
+func (qp *QP) postSend(wrs []SendWR) error {
 	if qp.closed {
 		return fmt.Errorf("verbs: QP %#x: %w", qp.qpn, ErrClosed)
 	}
@@ -228,7 +234,13 @@ func (qp *QP) writeSend(slot unsafe.Pointer, wr *SendWR) {
 // no allocation, as with PostSend.
 func (qp *QP) PostRecv(wrs ...RecvWR) error {
 	qp.rqMu.Lock()
-	defer qp.rqMu.Unlock()
+	err := qp.postRecv(wrs)
+	qp.rqMu.Unlock()
+	return err
+}
+
+// postRecv is PostRecv with qp.rqMu held.
+func (qp *QP) postRecv(wrs []RecvWR) error {
 	if qp.closed {
 		return fmt.Errorf("verbs: QP %#x: %w", qp.qpn, ErrClosed)
 	}

@@ -115,7 +115,7 @@ func (e *env) writeLat(ctx context.Context, size int, client bool) (*Result, err
 	for i := 0; i < iters; i++ {
 		v := byte(i%255 + 1)
 		if client {
-			e.times[i] = nanotime()
+			e.times[i] = stamp()
 		} else if err := waitByte(ctx, dst, v); err != nil {
 			return nil, err
 		}
@@ -133,7 +133,7 @@ func (e *env) writeLat(ctx context.Context, size int, client bool) (*Result, err
 			}
 		}
 	}
-	e.times[iters] = nanotime()
+	e.times[iters] = stamp()
 	if !client {
 		return nil, nil
 	}
@@ -163,7 +163,7 @@ func (e *env) sendLat(ctx context.Context, size int, client bool) (*Result, erro
 	iters := e.cfg.Iters
 	for i := 0; i < iters; i++ {
 		if client {
-			e.times[i] = nanotime()
+			e.times[i] = stamp()
 		} else if err := e.recvOne(ctx, recv); err != nil {
 			return nil, err
 		}
@@ -180,7 +180,7 @@ func (e *env) sendLat(ctx context.Context, size int, client bool) (*Result, erro
 			}
 		}
 	}
-	e.times[iters] = nanotime()
+	e.times[iters] = stamp()
 	if !client {
 		return nil, nil
 	}
@@ -207,7 +207,7 @@ func (e *env) opLat(ctx context.Context, size int) (*Result, error) {
 	}
 	iters := e.cfg.Iters
 	for i := 0; i < iters; i++ {
-		e.times[i] = nanotime()
+		e.times[i] = stamp()
 		if err := e.qp.PostSend(wr); err != nil {
 			return nil, err
 		}
@@ -215,7 +215,7 @@ func (e *env) opLat(ctx context.Context, size int) (*Result, error) {
 			return nil, err
 		}
 	}
-	e.times[iters] = nanotime()
+	e.times[iters] = stamp()
 	return e.latency(size, 1), nil
 }
 
@@ -225,7 +225,7 @@ func (e *env) latency(size, div int) *Result {
 	n := e.cfg.Iters
 	d := make([]float64, n)
 	for i := range d {
-		d[i] = float64(e.times[i+1]-e.times[i]) / float64(div)
+		d[i] = ticksToNs(e.times[i+1]-e.times[i]) / float64(div)
 	}
 	slices.Sort(d)
 	var sum, sq float64

@@ -342,6 +342,7 @@ func newEnv(cfg Config) (e *env, err error) {
 		return nil, fmt.Errorf("%s port %d: no GID at index %d", d.Name, cfg.IBPort, cfg.GIDIndex)
 	}
 	e.times = make([]int64, cfg.Iters+1)
+	calibrate()
 	return e, nil
 }
 
