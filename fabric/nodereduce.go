@@ -167,7 +167,9 @@ func (s *shmProvider) slotReduce(acc []byte, fn func(in, inout []byte), d uint64
 			return fmt.Errorf("%w: rank %d contributed %d bytes to an allreduce, this process %d", ErrMismatch, s.local[ix], l, len(acc))
 		}
 	}
-	copy(acc, slot(s.segOf(n-1), d)[slotData:])
+	if s.selfIx != n-1 { // the highest rank's acc is its own contribution
+		copy(acc, slot(s.segOf(n-1), d)[slotData:])
+	}
 	for ix := n - 2; ix >= 0; ix-- {
 		fn(slot(s.segOf(ix), d)[slotData:slotData+len(acc)], acc)
 	}
