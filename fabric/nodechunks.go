@@ -32,7 +32,7 @@ const nodeChunk = 256 << 10 // bytes per buffer
 // NodeAllreduceChunks is a blocking allreduce through the shared memory
 // segments' staging areas, for vectors of any length. It reports false,
 // doing nothing, unless c is the world communicator, every process is on
-// this node, and fn is set. Otherwise it combines every process's send
+// this node, fn is set and an element fits in a chunk. Otherwise it combines every process's send
 // (or acc, when send is nil) into every acc, as NodeAllreduce does: fn is
 // used as Reduce's, fn(in, inout) with in holding the lower ranks'
 // operand, folds go in rank order so fn need not be commutative, and
@@ -44,10 +44,10 @@ const nodeChunk = 256 << 10 // bytes per buffer
 // vector of another length makes it fail with ErrMismatch at every
 // process.
 func (c *Comm) NodeAllreduceChunks(ctx context.Context, send, acc []byte, elem int, fn func(in, inout []byte)) (bool, error) {
-	if c == nil || !c.onNode() || fn == nil {
+	if c == nil || !c.onNode() || fn == nil || elem > nodeChunk {
 		return false, nil
 	}
-	if elem <= 0 || elem > nodeChunk || len(acc)%elem != 0 || (send != nil && len(send) != len(acc)) {
+	if elem <= 0 || len(acc)%elem != 0 || (send != nil && len(send) != len(acc)) {
 		return true, fmt.Errorf("%w: allreduce of %d bytes (send %d) in elements of %d", ErrInvalid, len(acc), len(send), elem)
 	}
 	if err := c.enterNode(); err != nil {
