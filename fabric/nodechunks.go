@@ -32,11 +32,11 @@ const nodeChunk = 256 << 10 // bytes per buffer
 // NodeAllreduceChunks is a blocking allreduce through the shared memory
 // segments' staging areas, for vectors of any length. It reports false,
 // doing nothing, unless c is the world communicator, every process is on
-// this node, fn is set and an element fits in a chunk. Otherwise it combines every process's send
-// (or acc, when send is nil) into every acc, as NodeAllreduce does: fn is
-// used as Reduce's, fn(in, inout) with in holding the lower ranks'
-// operand, folds go in rank order so fn need not be commutative, and
-// every process gets the same bits. elem is the size of an element: fn is
+// this node, fn is set and an element fits in a chunk. Otherwise it
+// combines every process's send (or acc, when send is nil) into every
+// acc, as NodeAllreduce does: fn is used as Reduce's, fn(in, inout) with
+// in holding the lower ranks' operand, folds go in rank order so fn need
+// not be commutative, and every process gets the same bits. elem is the size of an element: fn is
 // only ever given whole elements, at offsets that are multiples of elem.
 //
 // Like NodeAllreduce, every member must call it at the same points, and
@@ -91,7 +91,7 @@ func (c *Comm) NodeAllreduceChunks(ctx context.Context, send, acc []byte, elem i
 }
 
 // share is the part of an n-byte chunk that local process ix reduces:
-// whole elements, the remainder spread over the first shares.
+// whole elements, the shares differing by at most one.
 func share(n, elem, ix, p int) (lo, hi int) {
 	k := n / elem
 	return ix * k / p * elem, (ix + 1) * k / p * elem
