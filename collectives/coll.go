@@ -250,6 +250,10 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 	if send != nil && len(send) != len(recv) {
 		return fabric.Request{}, countErr("send has %d elements, recv %d", len(send), len(recv))
 	}
+	var algo Algorithm
+	if c != nil {
+		algo = choose("allreduce", len(recv)*size[T](), c.Size(), op.commutative)
+	}
 	if blocking && c != nil && checkType[T]() == nil {
 		// The node algorithms run to completion here, or report that they
 		// cannot serve and leave it to a schedule.
@@ -257,7 +261,7 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 		if send != nil {
 			sb = bytesOf(send)
 		}
-		switch choose("allreduce", len(recv)*size[T](), c.Size(), op.commutative) {
+		switch algo {
 		case SharedSlots:
 			acc := bytesOf(recv)
 			copy(acc, sb) // in place: sb is nil
@@ -275,7 +279,6 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 		return fabric.Request{}, err
 	}
 	acc, me, n := bytesOf(recv), c.Rank(), c.Size()
-	algo := choose("allreduce", len(acc), n, op.commutative)
 	if algo == SharedSlots || algo == SharedChunks {
 		algo = allreduceByMessages(len(acc), op.commutative)
 	}

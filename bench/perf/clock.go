@@ -10,9 +10,9 @@ import (
 // The latency loops time each operation with stamp, which is the
 // time-stamp counter where the kernel itself keeps time by it, as
 // perftest times them (one RDTSC per operation, converted with the CPU's
-// rate). time.Now costs several times as much — two vDSO calls and the
-// runtime's bookkeeping, 0.9% of an atomic_lat client's samples in the
-// VM against 0.2% for RDTSC — and that is charged to every operation.
+// rate). time.Now costs more — two vDSO calls and the runtime's
+// bookkeeping were 0.9% of an atomic_lat client's samples in the VM — and
+// that is charged to every operation.
 // Elsewhere stamp is the monotonic clock in nanoseconds.
 var (
 	useTSC    bool
