@@ -70,21 +70,25 @@ measure() {
 		fi
 	done
 	ratio() { awk -v r="$1" -v p="$2" 'BEGIN {if (p > 0) printf "%.3f", r / p; else print "nan"}'; }
+	# the median over rounds of rivet's value / perftest's in the same
+	# round: the two ran back to back, so a slow spell of the host weighs
+	# on both sides of each ratio
+	pairmed() { paste "$1" "$2" | awk '$2 > 0 {print $1 / $2}' | median | awk '{printf "%.3f", $1}'; }
 	r=$(median </tmp/perftest-r) p=$(median </tmp/perftest-p)
 	if [ "$col2" != "$col" ]; then
 		r2=$(median </tmp/perftest-r2) p2=$(median </tmp/perftest-p2)
-		extra=$(printf ' %9s | %12s | %6s |' "$r2" "$p2" "$(ratio "$r2" "$p2")")
+		extra=$(printf ' %9s | %12s | %6s | %9s |' "$r2" "$p2" "$(ratio "$r2" "$p2")" "$(pairmed /tmp/perftest-r2 /tmp/perftest-p2)")
 	else
-		extra='           |              |        |'
+		extra='           |              |        |           |'
 	fi
-	printf '| %-10s | %8s | %10s | %10s | %6s |%s\n' "$test" "$size" "$r" "$p" "$(ratio "$r" "$p")" "$extra"
+	printf '| %-10s | %8s | %10s | %10s | %6s | %9s |%s\n' "$test" "$size" "$r" "$p" "$(ratio "$r" "$p")" "$(pairmed /tmp/perftest-r /tmp/perftest-p)" "$extra"
 }
 
 echo "rivet perf vs perftest on $dev (GID $gid), $rounds rounds, $(nproc) CPUs (server on $srv_cpu, client on $cli_cpu), kernel $(uname -r)"
 echo "perftest: $(ib_write_lat --version 2>&1 | head -1)"
 echo
-echo "| test       |     size |      rivet |   perftest |  ratio | min rivet | min perftest |  ratio |"
-echo "|------------|----------|------------|------------|--------|-----------|--------------|--------|"
+echo "| test       |     size |      rivet |   perftest |  ratio | per round | min rivet | min perftest |  ratio | per round |"
+echo "|------------|----------|------------|------------|--------|-----------|-----------|--------------|--------|-----------|"
 for s in 8 4096; do
 	measure write_lat ib_write_lat $s 5000 5 3
 	measure read_lat ib_read_lat $s 5000 5 3
@@ -95,4 +99,5 @@ measure write_bw ib_write_bw 65536 5000 4
 measure write_bw ib_write_bw 1048576 500 4
 echo
 echo "latency: t_typical in µs (lower is better; ratio ≤ 1.05 is the target); min: t_min, the same way"
+echo "ratio: of the medians over rounds; per round: the median of each round's own ratio"
 echo "bandwidth: BW average in MB/s (higher is better; ratio ≥ 0.95 is the target)"
