@@ -3,7 +3,6 @@ package fabric
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -15,12 +14,6 @@ import (
 // pinning, two busy-polling ranks and the runtime's own threads share
 // the CPUs as the scheduler likes, and small-message latency varies by
 // 3× between runs.
-//
-// A process pinned to one CPU also runs Go code on one thread at a time
-// (unless GOMAXPROCS says otherwise). The runtime would make the same
-// change itself within a second, when it next looks at its CPU mask, but
-// until then its second P lets idle threads wake and spin on the rank's
-// CPU — a whole short benchmark's worth of time.
 func bindFromEnv() error {
 	v := os.Getenv("RIVET_CPU")
 	if v == "" {
@@ -44,9 +37,6 @@ func bindFromEnv() error {
 		if err := unix.SchedSetaffinity(tid, &set); err != nil && err != unix.ESRCH {
 			return fmt.Errorf("fabric: binding to CPU %d: %w", cpu, os.NewSyscallError("sched_setaffinity", err))
 		}
-	}
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -40,11 +39,9 @@ type engine struct {
 	health   *health
 	lastScan time.Time
 	closed   bool
-	spin     int         // idle polls before a wait yields the CPU
-	sched    time.Time   // when a wait last let the Go scheduler run (see schedEvery)
-	schedDue atomic.Bool // a spinning wait should let it run now
-	fin      hdr         // a FIN being sent; here so that it does not escape to the heap
-	pl       payload     // an unexpected message being received, likewise
+	spin     int     // idle polls before a wait yields the CPU
+	fin      hdr     // a FIN being sent; here so that it does not escape to the heap
+	pl       payload // an unexpected message being received, likewise
 }
 
 func newEngine(me, size int) *engine {
@@ -435,10 +432,6 @@ func (e *engine) waitUntil(ctx context.Context, cond func() bool) error {
 func (e *engine) backoff(i int) {
 	switch {
 	case i < e.spin:
-		if e.schedDue.Load() {
-			e.schedDue.Store(false)
-			runtime.Gosched()
-		}
 	case i < 1<<17:
 		runtime.Gosched()
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
@@ -447,26 +440,12 @@ func (e *engine) backoff(i int) {
 	}
 }
 
-// schedEvery is how often a spinning wait lets the Go scheduler run.
-// A goroutine that runs for 10 ms without passing through the scheduler
-// is preempted by a signal from the runtime's monitor thread; in a
-// ping-pong, whose waits are each far shorter than that, the spin would
-// never yield, and over rxe in the VM the signal and the thread switches
-// that follow it cost a round trip hundreds of µs (50 a second per rank,
-// traced). Calling runtime.Gosched first, when nothing else is runnable,
-// costs a few µs.
-const schedEvery = 2 * time.Millisecond
-
 // scan looks for failed peers (at most every millisecond) and reports
 // whether r can no longer complete for certain: a receive from any source
 // while a member of its communicator has failed.
 func (e *engine) scan(r *op) error {
 	if now := time.Now(); now.Sub(e.lastScan) >= time.Millisecond {
 		e.lastScan = now
-		if now.Sub(e.sched) >= schedEvery {
-			e.sched = now
-			e.schedDue.Store(true)
-		}
 		if e.health != nil {
 			e.health.check(e)
 		}
