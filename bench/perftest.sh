@@ -44,7 +44,8 @@ run_pair() {
 	wait $spid || true
 }
 
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print v[int((NR+1)/2)]}'; }
+# median of the numbers on stdin; a failed run's "-" lines are left out
+median() { grep -v '^-$' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print v[int((NR+1)/2)]}'; }
 
 # measure TEST PERFTEST_BIN SIZE ITERS COLUMN [COLUMN2]: COLUMN is the awk
 # field of the row to keep (5 = t_typical for latency, 4 = BW average for
@@ -60,7 +61,9 @@ measure() {
 			"$rivet" perf "$test" -d "$dev" -x "$gid" -s "$size" -n "$iters" -p "$port" 127.0.0.1; }
 		perftest_cmd() { run_pair "$bin" -d "$dev" -x "$gid" -s "$size" -n "$iters" -p $((port + 1)) -- \
 			"$bin" -d "$dev" -x "$gid" -s "$size" -n "$iters" -p $((port + 1)) 127.0.0.1; }
-		keep() { awk -v c="$col" -v c2="$col2" -v f="$1" '{print $c >>f; print $c2 >>(f "2")}'; }
+		# one line per round in each file, "-" for a run that printed no
+		# row, so that the files' lines pair up round by round
+		keep() { awk -v c="$col" -v c2="$col2" -v f="$1" '{print $c >>f; print $c2 >>(f "2")} END {if (NR == 0) {print "-" >>f; print "-" >>(f "2")}}'; }
 		if ((i % 2 == 0)); then
 			rivet_cmd | keep /tmp/perftest-r
 			perftest_cmd | keep /tmp/perftest-p
@@ -73,7 +76,7 @@ measure() {
 	# the median over rounds of rivet's value / perftest's in the same
 	# round: the two ran back to back, so a slow spell of the host weighs
 	# on both sides of each ratio
-	pairmed() { paste "$1" "$2" | awk '$2 > 0 {print $1 / $2}' | median | awk '{printf "%.3f", $1}'; }
+	pairmed() { paste "$1" "$2" | awk '$1 != "-" && $2 != "-" && $2 > 0 {print $1 / $2}' | median | awk '$1 == "nan" {print; next} {printf "%.3f", $1}'; }
 	r=$(median </tmp/perftest-r) p=$(median </tmp/perftest-p)
 	if [ "$col2" != "$col" ]; then
 		r2=$(median </tmp/perftest-r2) p2=$(median </tmp/perftest-p2)
