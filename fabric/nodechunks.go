@@ -36,8 +36,9 @@ const nodeChunk = 256 << 10 // bytes per buffer
 // combines every process's send (or acc, when send is nil) into every
 // acc, as NodeAllreduce does: fn is used as Reduce's, fn(in, inout) with
 // in holding the lower ranks' operand, folds go in rank order so fn need
-// not be commutative, and every process gets the same bits. elem is the size of an element: fn is
-// only ever given whole elements, at offsets that are multiples of elem.
+// not be commutative, and every process gets the same bits. elem is the
+// size of an element: fn is only ever given whole elements, at offsets
+// that are multiples of elem.
 //
 // Like NodeAllreduce, every member must call it at the same points, and
 // nonblocking allreduces must not use it. A member that contributes a

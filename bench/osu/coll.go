@@ -357,9 +357,9 @@ func Names() string {
 // why a pause by sleeping (as this once was, for the same 30 ms) helped
 // less than one by spinning, measured below. Without the pause the first
 // size of a run was the slowest in each of five runs of a 2-rank
-// 4–16-byte allreduce (by 0.1–0.4 µs). With the sleep, a run starting at 16 KiB (100 timed
-// iterations, OSU's count above 8 KiB) took 5.1–17.6 µs there in four
-// alternating runs; with the spin, 2.6–7.3.
+// 4–16-byte allreduce (by 0.1–0.4 µs). With the sleep, a run starting
+// at 16 KiB (100 timed iterations, OSU's count above 8 KiB) took
+// 5.1–17.6 µs there in four alternating runs; with the spin, 2.6–7.3.
 func settle() {
 	for t := time.Now(); time.Since(t) < settleTime; {
 	}
