@@ -77,6 +77,18 @@ measure() {
 	# round: the two ran back to back, so a slow spell of the host weighs
 	# on both sides of each ratio
 	pairmed() { paste "$1" "$2" | awk '$1 != "-" && $2 != "-" && $2 > 0 {print $1 / $2}' | median | awk '$1 == "nan" {print; next} {printf "%.3f", $1}'; }
+	# pairci: a distribution-free confidence interval of at least 95% for
+	# that median — the k-th smallest and k-th largest of the n ratios,
+	# with k the largest rank whose binomial(n, 1/2) tail stays ≤ 2.5%
+	pairci() {
+		paste "$1" "$2" | awk '$1 != "-" && $2 != "-" && $2 > 0 {print $1 / $2}' | sort -g | awk '
+			{v[NR] = $1}
+			END {
+				n = NR; k = 0; t = 0; c = 1 # c = n choose j
+				for (j = 0; j < n; j++) { t += c / 2 ^ n; if (t > 0.025) break; k = j + 1; c = c * (n - j) / (j + 1) }
+				if (k == 0) print "-"; else printf "%.2f–%.2f", v[k], v[n - k + 1]
+			}'
+	}
 	r=$(median </tmp/perftest-r) p=$(median </tmp/perftest-p)
 	if [ "$col2" != "$col" ]; then
 		r2=$(median </tmp/perftest-r2) p2=$(median </tmp/perftest-p2)
@@ -84,14 +96,16 @@ measure() {
 	else
 		extra='           |              |        |           |'
 	fi
-	printf '| %-10s | %8s | %10s | %10s | %6s | %9s |%s\n' "$test" "$size" "$r" "$p" "$(ratio "$r" "$p")" "$(pairmed /tmp/perftest-r /tmp/perftest-p)" "$extra"
+	printf '| %-10s | %8s | %10s | %10s | %6s | %9s | %9s |%s\n' "$test" "$size" "$r" "$p" "$(ratio "$r" "$p")" "$(pairmed /tmp/perftest-r /tmp/perftest-p)" "$(pairci /tmp/perftest-r /tmp/perftest-p)" "$extra"
+	printf '%s %s: rivet %s | perftest %s\n' "$test" "$size" "$(tr '\n' ' ' </tmp/perftest-r)" "$(tr '\n' ' ' </tmp/perftest-p)" >>/tmp/perftest-rounds
 }
 
 echo "rivet perf vs perftest on $dev (GID $gid), $rounds rounds, $(nproc) CPUs (server on $srv_cpu, client on $cli_cpu), kernel $(uname -r)"
 echo "perftest: $(ib_write_lat --version 2>&1 | head -1)"
 echo
-echo "| test       |     size |      rivet |   perftest |  ratio | per round | min rivet | min perftest |  ratio | per round |"
-echo "|------------|----------|------------|------------|--------|-----------|-----------|--------------|--------|-----------|"
+: >/tmp/perftest-rounds
+echo "| test       |     size |      rivet |   perftest |  ratio | per round |    95% CI | min rivet | min perftest |  ratio | per round |"
+echo "|------------|----------|------------|------------|--------|-----------|-----------|-----------|--------------|--------|-----------|"
 for s in 8 4096; do
 	measure write_lat ib_write_lat $s 5000 5 3
 	measure read_lat ib_read_lat $s 5000 5 3
@@ -102,5 +116,9 @@ measure write_bw ib_write_bw 65536 5000 4
 measure write_bw ib_write_bw 1048576 500 4
 echo
 echo "latency: t_typical in µs (lower is better; ratio ≤ 1.05 is the target); min: t_min, the same way"
-echo "ratio: of the medians over rounds; per round: the median of each round's own ratio"
+echo "ratio: of the medians over rounds; per round: the median of each round's own ratio;"
+echo "95% CI: a distribution-free interval for that median (order statistics; '-' with under 6 rounds)"
 echo "bandwidth: BW average in MB/s (higher is better; ratio ≥ 0.95 is the target)"
+echo
+echo "each round's value (t_typical or BW average), in the order run:"
+cat /tmp/perftest-rounds
