@@ -12,6 +12,9 @@
 #
 #   bash bench/fabric-on-rxe.sh          # ROUNDS=5 rounds; medians
 #   LAT_ONLY=1 bash bench/fabric-on-rxe.sh   # latency alone
+#   PCT=1 LAT_ONLY=1 bash bench/fabric-on-rxe.sh
+#       # both osu_latency loops also time each iteration (--percentiles)
+#       # and the median and 99th percentile are reported beside the mean
 #
 # On the host it builds everything and re-runs itself inside rxevm.
 set -euo pipefail
@@ -25,7 +28,7 @@ if [ "${1:-}" != "--in-vm" ]; then
 	go build -o "$out/rivet" ./cmd/rivet
 	go build -o "$out/rivetrun" ./cmd/rivetrun
 	mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c
-	exec "$out/rxevm" -q -topology rxe -timeout 40m env BIN="$out" ROUNDS="$rounds" LAT_ONLY="${LAT_ONLY:-}" bash "$0" --in-vm
+	exec "$out/rxevm" -q -topology rxe -timeout 40m env BIN="$out" ROUNDS="$rounds" LAT_ONLY="${LAT_ONLY:-}" PCT="${PCT:-}" bash "$0" --in-vm
 fi
 
 hostname rivet-vm # mpirun refuses to start while the hostname is "(none)"
@@ -39,7 +42,9 @@ for ((i = 0; i < 16; i++)); do # the IPv4-mapped RoCE v2 GID
 done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 w=$(mktemp -d)
-touch "$w"/{rl,pl,pt,ol,rb,pb,ob}
+touch "$w"/{rl,pl,pt,ol,rb,pb,ob,r50,r99,o50,o99}
+pct=()
+[ -z "${PCT:-}" ] || pct=(--percentiles)
 
 rivet() { RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 "$BIN/rivet" bench "$@" 2>/dev/null; }
 ompi() {
@@ -58,17 +63,20 @@ perf() {
 	wait $spid || true
 }
 row() { grep -E '^[0-9]' | awk '{print $2}' | tail -1; }
+# latrow PREFIX: keeps the mean (stdout) and, with PCT, the median and
+# 99th percentile in $w/PREFIX50 and $w/PREFIX99
+latrow() { grep -E '^[0-9]' | tail -1 | awk -v a="$w/${1}50" -v b="$w/${1}99" 'NF >= 6 {print $3 >>a; print $5 >>b} {print $2}'; }
 
 # The VM drifts between fast and slow spells lasting several runs, so the
 # three programs run back to back for each measure (in a rotating order),
 # and the ratios are also taken within each round.
 lat() {
 	case $1 in
-	rivet) rivet osu_latency -m 8:8 -i 5000 -x 500 | row >>"$w/rl" ;;
+	rivet) rivet osu_latency -m 8:8 -i 5000 -x 500 "${pct[@]}" | latrow r >>"$w/rl" ;;
 	raw) # t_avg, the mean, is what compares with OSU's mean; t_typical (the median) for reference
 		set -- $(perf send_lat 8 5000 6,5)
 		echo "${1:-}" >>"$w/pl" && echo "${2:-}" >>"$w/pt" ;;
-	ompi) ompi latency -m 8:8 -i 5000 -x 500 | row >>"$w/ol" ;;
+	ompi) ompi latency -m 8:8 -i 5000 -x 500 "${pct[@]}" | latrow o >>"$w/ol" ;;
 	esac
 }
 bw() {
@@ -97,5 +105,10 @@ echo "| osu_bw 1 MiB (MB/s) vs write_bw | $rb | $pb | $(ratio "$rb" "$pb") | $ob
 # pairmed A B: the median over rounds of A's value / B's in the same round
 pairmed() { paste "$1" "$2" | awk '$2 > 0 {print $1 / $2}' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else printf "%.3f", v[int((NR+1)/2)]}'; }
 echo "median of per-round ratios: latency rivet/raw $(pairmed "$w/rl" "$w/pl"), rivet/ompi $(pairmed "$w/rl" "$w/ol"); bandwidth rivet/raw $(pairmed "$w/rb" "$w/pb"), rivet/ompi $(pairmed "$w/rb" "$w/ob")"
+if [ -n "${PCT:-}" ]; then
+	echo "| osu_latency 8 B, median iteration (µs) | $(median "$w/r50") | | | $(median "$w/o50") | $(ratio "$(median "$w/r50")" "$(median "$w/o50")") |"
+	echo "| osu_latency 8 B, 99th percentile (µs) | $(median "$w/r99") | | | $(median "$w/o99") | $(ratio "$(median "$w/r99")" "$(median "$w/o99")") |"
+	echo "(with PCT the loops read the clock every iteration; their means are not OSU's)"
+fi
 echo "raw per round: rivet lat $(tr '\n' ' ' <"$w/rl")| send_lat t_avg $(tr '\n' ' ' <"$w/pl")| t_typical $(tr '\n' ' ' <"$w/pt")| ompi lat $(tr '\n' ' ' <"$w/ol")"
 echo "raw per round: rivet bw $(tr '\n' ' ' <"$w/rb")| write_bw $(tr '\n' ' ' <"$w/pb")| ompi bw $(tr '\n' ' ' <"$w/ob")"

@@ -6,29 +6,54 @@
  * bench/coll-vs-ompi.sh run it beside Rivet.
  *
  *   osu latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
+ *       [--percentiles]
+ *
+ * --percentiles (latency) adds the columns of Rivet's -percentiles: the
+ * median, 90th and 99th percentiles and maximum of each iteration's
+ * one-way time, half its round trip, with the clock read every iteration.
  *
  * The collectives, like Rivet's, read the clock once on each side of the
  * timed loop.
  */
+#include <getopt.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static void run_latency(int rank, char *s, char *r, int min, int max, int iters, int warm, int iters_large, int warm_large)
+static int cmp_double(const void *a, const void *b)
 {
-    if (rank == 0)
-        printf("\n# OSU MPI Latency Test v7.4\n# Datatype: MPI_CHAR.\n%-10s%18s\n", "# Size", "Avg Latency(us)");
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void run_latency(int rank, char *s, char *r, int min, int max, int iters, int warm, int iters_large, int warm_large,
+                        int pct)
+{
+    int most = iters > iters_large ? iters : iters_large;
+    double *each = pct ? malloc(sizeof(double) * (most > 0 ? most : 1)) : NULL;
+    if (rank == 0) {
+        printf("\n# OSU MPI Latency Test v7.4\n# Datatype: MPI_CHAR.\n%-10s%18s", "# Size", "Avg Latency(us)");
+        if (pct)
+            printf("%18s%18s%18s%18s", "P50 Latency(us)", "P90 Latency(us)", "P99 Latency(us)", "Max Latency(us)");
+        printf("\n");
+    }
     for (int size = 0; size <= max; size = size ? size * 2 : 1) {
         if (size < min)
             continue;
         int n = size > 8192 ? iters_large : iters, w = size > 8192 ? warm_large : warm;
-        double t0 = 0;
+        double t0 = 0, last = 0;
         MPI_Barrier(MPI_COMM_WORLD);
         for (int i = 0; i < n + w; i++) {
-            if (i == w)
+            if (i == w) {
                 t0 = MPI_Wtime();
+                last = t0;
+            } else if (i > w && each) {
+                double now = MPI_Wtime();
+                each[i - w - 1] = (now - last) * 1e6 / 2;
+                last = now;
+            }
             if (rank == 0) {
                 MPI_Send(s, size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
                 MPI_Recv(r, size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -37,10 +62,22 @@ static void run_latency(int rank, char *s, char *r, int min, int max, int iters,
                 MPI_Send(s, size, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
             }
         }
-        if (rank == 0)
-            printf("%-10d%18.2f\n", size, (MPI_Wtime() - t0) * 1e6 / (2.0 * n));
+        double end = MPI_Wtime();
+        if (rank == 0) {
+            printf("%-10d%18.2f", size, (end - t0) * 1e6 / (2.0 * n));
+            if (each && n > 0) {
+                each[n - 1] = (end - last) * 1e6 / 2;
+                qsort(each, n, sizeof(double), cmp_double);
+                const int p[] = {50, 90, 99};
+                for (int k = 0; k < 3; k++) /* nearest rank: the ceil(p·n/100)-th smallest */
+                    printf("%18.2f", each[(p[k] * (long)n + 99) / 100 - 1]);
+                printf("%18.2f", each[n - 1]);
+            }
+            printf("\n");
+        }
         fflush(stdout);
     }
+    free(each);
 }
 
 static void run_bw(int rank, char *s, char *r, int min, int max, int iters, int warm, int iters_large, int warm_large, int window)
@@ -123,7 +160,8 @@ static void run_collective(int rank, int nprocs, int allreduce, char *s, char *r
 
 int main(int argc, char **argv)
 {
-    int rank, nprocs, opt, iters = -1, warm = -1, window = 64;
+    int rank, nprocs, opt, iters = -1, warm = -1, window = 64, pct = 0;
+    static const struct option longopts[] = {{"percentiles", no_argument, NULL, 'P'}, {0}};
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
@@ -131,7 +169,7 @@ int main(int argc, char **argv)
     int pt2pt = !strcmp(test, "latency") || !strcmp(test, "bw");
     if (nprocs < 2 || !(pt2pt || !strcmp(test, "allreduce") || !strcmp(test, "barrier"))) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -n N %s latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]\n", argv[0]);
+            fprintf(stderr, "usage: mpirun -n N %s latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW] [--percentiles]\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
@@ -139,7 +177,7 @@ int main(int argc, char **argv)
        collectives 1 byte to 1 MiB. */
     int min = strcmp(test, "latency") ? 1 : 0, max = pt2pt ? 1 << 22 : 1 << 20;
     optind = 2;
-    while ((opt = getopt(argc, argv, "m:i:x:W:")) != -1) {
+    while ((opt = getopt_long(argc, argv, "m:i:x:W:", longopts, NULL)) != -1) {
         switch (opt) {
         case 'm':
             if (strchr(optarg, ':')) {
@@ -152,6 +190,7 @@ int main(int argc, char **argv)
         case 'i': iters = atoi(optarg); break;
         case 'x': warm = atoi(optarg); break;
         case 'W': window = atoi(optarg); break;
+        case 'P': pct = 1; break;
         default: MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
@@ -160,7 +199,7 @@ int main(int argc, char **argv)
     memset(r, 'b', max + 1);
     if (!strcmp(test, "latency"))
         run_latency(rank, s, r, min, max, iters > 0 ? iters : 10000, warm >= 0 ? warm : 100,
-                    iters > 0 ? iters : 1000, warm >= 0 ? warm : 10);
+                    iters > 0 ? iters : 1000, warm >= 0 ? warm : 10, pct);
     else if (!strcmp(test, "bw"))
         run_bw(rank, s, r, min, max, iters > 0 ? iters : 100, warm >= 0 ? warm : 10,
                iters > 0 ? iters : 20, warm >= 0 ? warm : 2, window);

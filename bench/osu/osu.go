@@ -24,6 +24,12 @@ type Options struct {
 	IterLarge   int // -i, messages over 8 KiB
 	WarmupLarge int // -x, messages over 8 KiB
 	Window      int // -W, bandwidth tests
+
+	// Percentiles (-percentiles, osu_latency only; Rivet's own option)
+	// adds the median, 90th and 99th percentiles and the maximum of each
+	// iteration's one-way latency (half its round trip) to each row. It
+	// reads the clock every iteration, which OSU's loop does not.
+	Percentiles bool
 }
 
 // largeMessage is OSU's LARGE_MESSAGE_SIZE: longer messages use the
@@ -74,11 +80,17 @@ func (b Benchmark) ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	o := b.Defaults
 	fs, common := newFlags(b.Name, stderr, true)
 	var win *int
+	var pct *bool
 	if b.kind != kindLatency {
 		win = fs.Int("W", 0, "`messages` in flight per iteration (window size)")
+	} else {
+		pct = fs.Bool("percentiles", false, "also print percentiles of the per-iteration one-way latency (not in OSU)")
 	}
 	if err := common(args, &o); err != nil {
 		return o, err
+	}
+	if pct != nil {
+		o.Percentiles = *pct
 	}
 	if win != nil && *win != 0 {
 		if *win < 1 {
@@ -189,18 +201,29 @@ func (o Options) counts(size int) (iters, warmup int) {
 	return o.Iterations, o.Warmup
 }
 
-// Header writes OSU's preamble for b.
-func (b Benchmark) Header(w io.Writer) {
+// Header writes OSU's preamble for b, with the percentile columns when o
+// asks for them.
+func (b Benchmark) Header(w io.Writer, o Options) {
 	col := "Avg Latency(us)"
 	if b.kind != kindLatency {
 		col = "Bandwidth (MB/s)"
 	}
-	fmt.Fprintf(w, "\n# %s v%s\n# Datatype: MPI_CHAR.\n%-*s%*s\n", b.Title, Version, 10, "# Size", fieldWidth, col)
+	fmt.Fprintf(w, "\n# %s v%s\n# Datatype: MPI_CHAR.\n%-*s%*s", b.Title, Version, 10, "# Size", fieldWidth, col)
+	if o.Percentiles && b.kind == kindLatency {
+		for _, c := range percentileCols {
+			fmt.Fprintf(w, "%*s", fieldWidth, c)
+		}
+	}
+	fmt.Fprintln(w)
 }
 
 // fieldWidth is the width of OSU 7.4's point-to-point value columns.
 const fieldWidth = 18
 
-func row(w io.Writer, size int, v float64) {
-	fmt.Fprintf(w, "%-*d%*.*f\n", 10, size, fieldWidth, 2, v)
+func row(w io.Writer, size int, v float64, more ...float64) {
+	fmt.Fprintf(w, "%-*d%*.*f", 10, size, fieldWidth, 2, v)
+	for _, m := range more {
+		fmt.Fprintf(w, "%*.*f", fieldWidth, 2, m)
+	}
+	fmt.Fprintln(w)
 }

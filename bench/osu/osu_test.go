@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,12 +76,18 @@ func TestHeaders(t *testing.T) {
 			t.Fatalf("no %s", name)
 		}
 		var buf bytes.Buffer
-		b.Header(&buf)
+		b.Header(&buf, Options{})
 		if buf.String() != want {
 			t.Errorf("%s header:\n%q\nwant\n%q", name, buf.String(), want)
 		}
 	}
 	var buf bytes.Buffer
+	lat, _ := Lookup("osu_latency")
+	lat.Header(&buf, Options{Percentiles: true})
+	if want := "\n# OSU MPI Latency Test v7.4\n# Datatype: MPI_CHAR.\n# Size       Avg Latency(us)   P50 Latency(us)   P90 Latency(us)   P99 Latency(us)   Max Latency(us)\n"; buf.String() != want {
+		t.Errorf("header with percentiles:\n%q\nwant\n%q", buf.String(), want)
+	}
+	buf.Reset()
 	// Two rows of a real OSU 7.4 osu_bw run.
 	row(&buf, 1, 2.32)
 	row(&buf, 4194304, 27161.33)
@@ -109,6 +117,12 @@ func TestParseArgs(t *testing.T) {
 			t.Errorf("latency %v: %v, want ErrUsage", bad, err)
 		}
 	}
+	if o, err := lat.ParseArgs([]string{"--percentiles"}, io.Discard); err != nil || !o.Percentiles {
+		t.Errorf("--percentiles: %+v, %v", o, err)
+	}
+	if _, err := bw.ParseArgs([]string{"-percentiles"}, io.Discard); !errors.Is(err, ErrUsage) {
+		t.Errorf("osu_bw -percentiles: %v, want ErrUsage (latency only)", err)
+	}
 	if _, err := bw.ParseArgs([]string{"-W", "0"}, io.Discard); err != nil {
 		t.Errorf("-W 0 means the default: %v", err)
 	}
@@ -129,7 +143,7 @@ func run(t *testing.T, env []string, argv ...string) string {
 }
 
 var (
-	rowRE     = regexp.MustCompile(`^([0-9]+) +[0-9]+\.[0-9]{2}$`)
+	rowRE     = regexp.MustCompile(`^([0-9]+)((?: +[0-9]+\.[0-9]{2})+)$`)
 	bareRowRE = regexp.MustCompile(`^ +[0-9]+\.[0-9]{2}$`) // osu_barrier's: no size column
 )
 
@@ -138,7 +152,8 @@ func shape(out string) string {
 	var b strings.Builder
 	for _, l := range strings.Split(out, "\n") {
 		if m := rowRE.FindStringSubmatch(l); m != nil {
-			l = m[1] + " <value, " + (map[bool]string{true: "28", false: "bad"})[len(l) == 28] + " wide>"
+			n := len(strings.Fields(m[2])) // OSU's 10-wide size, then 18 a figure
+			l = fmt.Sprintf("%s <%d values, %s wide>", m[1], n, (map[bool]string{true: "ok", false: "bad"})[len(l) == 10+18*n])
 		} else if bareRowRE.MatchString(l) {
 			l = "<value, " + (map[bool]string{true: "17", false: "bad"})[len(l) == 17] + " wide>"
 		}
@@ -153,6 +168,7 @@ func shape(out string) string {
 func TestRunsLikeOpenMPIComparator(t *testing.T) {
 	for _, tc := range []struct{ rivet, ompi, args string }{
 		{"osu_latency", "latency", "-m 4096 -i 200 -x 20"},
+		{"osu_latency", "latency", "-m 64 -i 200 -x 20 --percentiles"},
 		{"osu_bw", "bw", "-m 65536 -i 10 -x 2 -W 8"},
 	} {
 		got := run(t, []string{progEnv + "=" + tc.rivet, "RIVET_OSU_TEST_ARGS=" + tc.args}, os.Args[0], "-test.run=^$")
@@ -176,7 +192,10 @@ func TestRunsLikeOpenMPIComparator(t *testing.T) {
 			t.Errorf("%s and the Open MPI comparator differ:\n%s\n---\n%s", tc.rivet, got, stdout.String())
 		}
 		if strings.Contains(shape(got), "bad wide") {
-			t.Errorf("a row is not OSU's 28 columns:\n%s", got)
+			t.Errorf("a row is not OSU's columns (10 for the size, 18 a figure):\n%s", got)
+		}
+		if want := map[bool]string{true: "<5 values", false: "<1 values"}[strings.Contains(tc.args, "percentiles")]; !strings.Contains(shape(got), want) {
+			t.Errorf("%s %s: no row of %s>:\n%s", tc.rivet, tc.args, want, got)
 		}
 	}
 }
@@ -266,3 +285,21 @@ func runN(t *testing.T, n int, env []string) string {
 }
 
 const collEnv = "RIVET_OSU_TEST_COLL"
+
+// Nearest-rank percentiles: the ⌈p·n/100⌉-th smallest of n.
+func TestPercentiles(t *testing.T) {
+	v := make([]float64, 200)
+	for i := range v {
+		v[i] = float64((i*37)%200 + 1) // 1..200, shuffled
+	}
+	got := percentiles(v)
+	if want := []float64{100, 180, 198, 200}; !slices.Equal(got, want) {
+		t.Errorf("percentiles of 1..200 = %v, want %v", got, want)
+	}
+	if got := percentiles([]float64{7}); !slices.Equal(got, []float64{7, 7, 7, 7}) {
+		t.Errorf("percentiles of one = %v", got)
+	}
+	if got := percentiles(nil); !slices.Equal(got, []float64{0, 0, 0, 0}) {
+		t.Errorf("percentiles of none = %v", got)
+	}
+}

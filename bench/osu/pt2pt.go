@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric"
@@ -16,7 +17,7 @@ func (b Benchmark) Run(ctx context.Context, c *fabric.Comm, o Options, w io.Writ
 		return fmt.Errorf("%s: this test requires at least two processes (have %d)", b.Name, c.Size())
 	}
 	if c.Rank() == 0 {
-		b.Header(w)
+		b.Header(w, o)
 	}
 	if c.Rank() > 1 {
 		return nil
@@ -37,13 +38,17 @@ func (b Benchmark) Run(ctx context.Context, c *fabric.Comm, o Options, w io.Writ
 	for i := range sbuf {
 		sbuf[i] = 'a'
 	}
+	var each []float64 // per-iteration one-way latencies, for -percentiles
 	for _, size := range o.sizes() {
 		iters, warm := o.counts(size)
 		var v float64
 		var err error
 		switch b.kind {
 		case kindLatency:
-			v, err = latency(ctx, c, sbuf[:size], rbuf[:size], iters, warm)
+			if o.Percentiles {
+				each = slices.Grow(each[:0], iters)[:iters]
+			}
+			v, err = latency(ctx, c, sbuf[:size], rbuf[:size], iters, warm, each)
 		case kindBW:
 			v, err = bandwidth(ctx, c, sbuf[:size], rbuf[:size], iters, warm, o.Window)
 		case kindBiBW:
@@ -53,21 +58,32 @@ func (b Benchmark) Run(ctx context.Context, c *fabric.Comm, o Options, w io.Writ
 			return fmt.Errorf("%s at %d bytes: %w", b.Name, size, err)
 		}
 		if c.Rank() == 0 {
-			row(w, size, v)
+			if o.Percentiles && b.kind == kindLatency {
+				row(w, size, v, percentiles(each)...)
+			} else {
+				row(w, size, v)
+			}
 		}
 	}
 	return nil
 }
 
-// latency is osu_latency: a blocking ping-pong; one-way time in µs.
-func latency(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm int) (float64, error) {
+// latency is osu_latency: a blocking ping-pong; one-way time in µs. If
+// each is not nil (it has iters elements), it also receives each timed
+// iteration's one-way time, half of the round trip.
+func latency(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm int, each []float64) (float64, error) {
 	if err := pairBarrier(ctx, c); err != nil {
 		return 0, err
 	}
-	var start time.Time
+	var start, last time.Time
 	for i := 0; i < iters+warm; i++ {
 		if i == warm {
 			start = time.Now()
+			last = start
+		} else if i > warm && each != nil {
+			now := time.Now()
+			each[i-warm-1] = now.Sub(last).Seconds() * 1e6 / 2
+			last = now
 		}
 		if c.Rank() == 0 {
 			if err := c.Send(ctx, s, 1, 1); err != nil {
@@ -85,7 +101,29 @@ func latency(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm int) 
 			}
 		}
 	}
-	return time.Since(start).Seconds() * 1e6 / float64(2*iters), nil
+	end := time.Now()
+	if each != nil && iters > 0 {
+		each[iters-1] = end.Sub(last).Seconds() * 1e6 / 2
+	}
+	return end.Sub(start).Seconds() * 1e6 / float64(2*iters), nil
+}
+
+// percentileCols name the figures percentiles returns.
+var percentileCols = []string{"P50 Latency(us)", "P90 Latency(us)", "P99 Latency(us)", "Max Latency(us)"}
+
+// percentiles sorts v and returns its 50th, 90th and 99th percentiles
+// (nearest rank) and its maximum; zeros if v is empty.
+func percentiles(v []float64) []float64 {
+	out := make([]float64, len(percentileCols))
+	if len(v) == 0 {
+		return out
+	}
+	slices.Sort(v)
+	for i, p := range []int{50, 90, 99} {
+		out[i] = v[(p*len(v)+99)/100-1] // nearest rank: the ⌈p·n/100⌉-th smallest
+	}
+	out[3] = v[len(v)-1]
+	return out
 }
 
 // bandwidth is osu_bw: windows of nonblocking sends, each answered by a
