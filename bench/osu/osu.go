@@ -25,7 +25,7 @@ type Options struct {
 	WarmupLarge int // -x, messages over 8 KiB
 	Window      int // -W, bandwidth tests
 
-	// Percentiles (-percentiles, osu_latency only; Rivet's own option)
+	// Percentiles (--percentiles, osu_latency only; Rivet's own option)
 	// adds the median, 90th and 99th percentiles and the maximum of each
 	// iteration's one-way latency (half its round trip) to each row. It
 	// reads the clock every iteration, which OSU's loop does not.

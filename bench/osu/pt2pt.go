@@ -38,7 +38,7 @@ func (b Benchmark) Run(ctx context.Context, c *fabric.Comm, o Options, w io.Writ
 	for i := range sbuf {
 		sbuf[i] = 'a'
 	}
-	var each []float64 // per-iteration one-way latencies, for -percentiles
+	var each []float64 // per-iteration one-way latencies, for --percentiles
 	for _, size := range o.sizes() {
 		iters, warm := o.counts(size)
 		var v float64
