@@ -7,7 +7,8 @@
 #
 # Each test runs ROUNDS times, alternating which program goes first; the
 # figure kept is the median over rounds of perftest's t_typical (itself a
-# median) or BW average. Server and client are two processes on the device
+# median) or BW average, with the median of each round's own ratio and a
+# 95% interval for that. Server and client are two processes on the device
 # (loopback RC), as with perftest's usual single-node use, pinned to CPUs 1
 # and 0 (the same for both programs; PIN=0 turns that off): unpinned, the
 # scheduler's choices moved medians by ±20% between identical runs; pinned,

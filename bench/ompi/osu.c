@@ -8,7 +8,7 @@
  *   osu latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
  *       [--percentiles]
  *
- * --percentiles (latency) adds the columns of Rivet's -percentiles: the
+ * --percentiles (latency) adds the columns of Rivet's --percentiles: the
  * median, 90th and 99th percentiles and maximum of each iteration's
  * one-way time, half its round trip, with the clock read every iteration.
  *
