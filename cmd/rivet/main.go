@@ -30,9 +30,23 @@ Run "rivet <command> -h" for a command's flags.
 `
 
 func main() {
+	if env, ok := perfEnv(os.Args[1:], os.Environ()); ok {
+		reexec(env)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// reexec replaces the process with itself, run with env. If that fails
+// the command goes on in this process, with a warning: the settings env
+// carries make a benchmark steadier, not correct.
+func reexec(env []string) {
+	exe, err := os.Executable()
+	if err == nil {
+		err = syscall.Exec(exe, os.Args, env)
+	}
+	fmt.Fprintf(os.Stderr, "rivet: running with the default runtime settings: re-executing: %v\n", err)
 }
 
 // run executes one rivet command and returns the process exit status.

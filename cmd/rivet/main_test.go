@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -18,6 +19,9 @@ import (
 // TestMain lets the test binary act as the rivet command, so tests can run
 // the real binary (under setpriv, say) without compiling it in the VM.
 func TestMain(m *testing.M) {
+	if os.Getenv("RIVET_TEST_AS_MAIN") == "1" { // the whole command, re-execution included
+		main()
+	}
 	if os.Getenv("RIVET_TEST_AS_CLI") == "1" || os.Getenv(benchChildEnv) != "" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
@@ -332,5 +336,73 @@ func TestHostBench(t *testing.T) {
 	}
 	if _, errs, st := rivet("bench", "osu_bw", "-m", "5:2"); st != 2 || !strings.Contains(errs, "MIN") {
 		t.Errorf("bad -m: status %d, %s", st, errs)
+	}
+}
+
+// TestPerfEnv: "rivet perf" re-executes itself with asynchronous
+// preemption off, unless GODEBUG already sets it either way; other
+// commands do not re-execute.
+func TestPerfEnv(t *testing.T) {
+	for _, tc := range []struct {
+		args, environ []string
+		want          []string // nil: no re-execution
+	}{
+		{[]string{"perf", "write_lat"}, []string{"A=1"}, []string{"A=1", "GODEBUG=asyncpreemptoff=1"}},
+		{[]string{"perf"}, []string{"GODEBUG=", "B=2"}, []string{"GODEBUG=asyncpreemptoff=1", "B=2"}},
+		{[]string{"perf", "send_lat"}, []string{"GODEBUG=madvdontneed=1"}, []string{"GODEBUG=madvdontneed=1,asyncpreemptoff=1"}},
+		{[]string{"perf", "write_lat"}, []string{"GODEBUG=asyncpreemptoff=0"}, nil},
+		{[]string{"perf", "write_lat"}, []string{"GODEBUG=gctrace=1,asyncpreemptoff=1"}, nil},
+		{[]string{"bench", "osu_latency"}, []string{"A=1"}, nil},
+		{nil, nil, nil},
+	} {
+		env, ok := perfEnv(tc.args, tc.environ)
+		if ok != (tc.want != nil) || strings.Join(env, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("perfEnv(%q, %q) = %q, %v; want %q", tc.args, tc.environ, env, ok, tc.want)
+		}
+	}
+}
+
+// TestPerfRuntimeSettings runs the whole command, re-execution included,
+// server and client over rxe, and reads the settings the client's header
+// reports: GOMAXPROCS 1 and no asynchronous preemption by default, and
+// what the environment says when it says something.
+func TestPerfRuntimeSettings(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GODEBUG=") && !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			base = append(base, kv)
+		}
+	}
+	base = append(base, "RIVET_TEST_AS_MAIN=1")
+	for i, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "GOMAXPROCS 1, async preemption off"},
+		{[]string{"GODEBUG=asyncpreemptoff=0", "GOMAXPROCS=2"}, "GOMAXPROCS 2, async preemption on"},
+	} {
+		port := fmt.Sprint(18900 + i)
+		args := []string{"perf", "write_lat", "-d", devs[0], "-n", "100", "-p", port}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		srv := exec.CommandContext(ctx, os.Args[0], args...)
+		srv.Env = append(base, tc.env...)
+		var srvOut bytes.Buffer
+		srv.Stdout, srv.Stderr = &srvOut, &srvOut
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the client retries its connection for a while, too
+		cli := exec.CommandContext(ctx, os.Args[0], append(args, "127.0.0.1")...)
+		cli.Env = srv.Env
+		out, err := cli.CombinedOutput()
+		srvErr := srv.Wait()
+		cancel()
+		if err != nil || srvErr != nil {
+			t.Fatalf("%v: client %v, server %v\n%s\n%s", tc.env, err, srvErr, out, srvOut.String())
+		}
+		if !strings.Contains(string(out), " Go runtime      : "+tc.want+"\n") || !strings.Contains(string(out), "t_typical[usec]") {
+			t.Errorf("%v: the header does not say %q:\n%s", tc.env, tc.want, out)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"strings"
 
 	"github.com/rivet-hpc/rivet/bench/perf"
@@ -45,6 +47,51 @@ func perfCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errUsage
 	}
 	cfg.Server = fs.Arg(0)
+	// One thread runs Go code, as perftest's one thread runs C: the loop
+	// needs no other, and the runtime's idle threads would otherwise wake
+	// and spin beside it on a 2-CPU machine.
+	if os.Getenv("GOMAXPROCS") == "" {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	}
 	_, err := perf.Run(ctx, cfg, stdout)
 	return err
+}
+
+// perfGODEBUG is the runtime setting "rivet perf" runs with: no
+// asynchronous preemption, whose signals (the runtime sends one to any
+// goroutine that has run 10 ms, which a spinning benchmark loop always has)
+// land in the middle of timed operations. On rxe it moved the 4 KiB
+// latency rows' typical time from 1.12× perftest's to 1.05× (write) and
+// 0.94× (read); see docs/performance.md.
+const perfGODEBUG = "asyncpreemptoff=1"
+
+// perfEnv returns the environment to re-execute "rivet perf" with, and
+// false if args are not a perf command or GODEBUG already says what to do
+// about asynchronous preemption (a user's choice wins). It must be decided
+// before the process starts: the runtime reads GODEBUG once.
+func perfEnv(args, environ []string) ([]string, bool) {
+	if len(args) == 0 || args[0] != "perf" {
+		return nil, false
+	}
+	env := make([]string, 0, len(environ)+1)
+	set := false
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			for _, s := range strings.Split(v, ",") {
+				if strings.HasPrefix(s, "asyncpreemptoff=") {
+					return nil, false
+				}
+			}
+			if v != "" {
+				kv += ","
+			}
+			kv += perfGODEBUG
+			set = true
+		}
+		env = append(env, kv)
+	}
+	if !set {
+		env = append(env, "GODEBUG="+perfGODEBUG)
+	}
+	return env, true
 }
