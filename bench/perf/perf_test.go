@@ -107,21 +107,3 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("bandwidth defaults: %+v, %v", c, err)
 	}
 }
-
-// TestAsyncPreemption reads GODEBUG as the runtime does: the last
-// setting of the key wins, and any non-zero number turns preemption off.
-func TestAsyncPreemption(t *testing.T) {
-	for godebug, want := range map[string]string{
-		"":                                    "on",
-		"asyncpreemptoff=1":                   "off",
-		"gctrace=1,asyncpreemptoff=2":         "off",
-		"asyncpreemptoff=1,asyncpreemptoff=0": "on",
-		"asyncpreemptoff=0,asyncpreemptoff=1": "off",
-		"asyncpreemptoff=x":                   "on",
-	} {
-		t.Setenv("GODEBUG", godebug)
-		if got := asyncPreemption(); got != want {
-			t.Errorf("GODEBUG=%q: %s, want %s", godebug, got, want)
-		}
-	}
-}

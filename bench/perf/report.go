@@ -5,9 +5,9 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/rivet-hpc/rivet/internal/godebug"
 )
 
 const rule = "---------------------------------------------------------------------------------------"
@@ -33,7 +33,7 @@ func printHeader(w io.Writer, cfg Config, e *env) {
 	fmt.Fprintf(w, " Mtu             : %d[B]\n", e.mtu.Bytes())
 	fmt.Fprintf(w, " Link type       : Ethernet\n")
 	fmt.Fprintf(w, " Max inline data : %d[B]\n", cfg.Inline)
-	fmt.Fprintf(w, " Go runtime      : GOMAXPROCS %d, async preemption %s\n", runtime.GOMAXPROCS(0), asyncPreemption())
+	fmt.Fprintf(w, " Go runtime      : GOMAXPROCS %d, async preemption %s\n", runtime.GOMAXPROCS(0), godebug.State(os.Getenv("GODEBUG")))
 	fmt.Fprintln(w, rule)
 	ep := e.qp.Endpoint(e.gid)
 	fmt.Fprintf(w, " local address: LID 0000 QPN %#06x PSN %#06x RKey %#08x VAddr %#016x\n GID: %s\n",
@@ -47,24 +47,6 @@ func printHeader(w io.Writer, cfg Config, e *env) {
 	} else {
 		fmt.Fprintln(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
 	}
-}
-
-// asyncPreemption says whether the runtime preempts goroutines with
-// signals, as GODEBUG set it when the process started (the last setting
-// of a key wins, as in the runtime).
-func asyncPreemption() string {
-	off := false
-	for _, s := range strings.Split(os.Getenv("GODEBUG"), ",") {
-		if v, ok := strings.CutPrefix(s, "asyncpreemptoff="); ok {
-			if n, err := strconv.Atoi(v); err == nil {
-				off = n != 0
-			}
-		}
-	}
-	if off {
-		return "off"
-	}
-	return "on"
 }
 
 func printRow(w io.Writer, cfg Config, r Result) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/bench/osu"
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/godebug"
 	"github.com/rivet-hpc/rivet/internal/launch"
 )
 
@@ -99,7 +100,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if over == "verbs" {
 			over += " (" + ep.Device() + ")"
 		}
-		fmt.Fprintf(stderr, "# rivet: %d ranks (%s); rank 1 over %s\n", w.Size(), ep.Launcher(), over)
+		fmt.Fprintf(stderr, "# rivet: %d ranks (%s); rank 1 over %s; async preemption %s\n",
+			w.Size(), ep.Launcher(), over, godebug.State(os.Getenv("GODEBUG")))
 	}
 	// RIVET_CPUPROFILE=PREFIX writes each rank's CPU profile to
 	// PREFIX.RANK, for `go tool pprof`.

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/rivet-hpc/rivet/internal/godebug"
 )
 
 const usage = `usage: rivet <command> [arguments]
@@ -30,12 +32,23 @@ Run "rivet <command> -h" for a command's flags.
 `
 
 func main() {
-	if env, ok := perfEnv(os.Args[1:], os.Environ()); ok {
+	if env, ok := benchmarkEnv(os.Args[1:], os.Environ()); ok {
 		reexec(env)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// benchmarkEnv returns the environment to re-execute the benchmark
+// commands, perf and bench, with: asynchronous preemption off (see
+// internal/godebug), unless GODEBUG already says. It returns false for
+// other commands, and when there is nothing to change.
+func benchmarkEnv(args, environ []string) ([]string, bool) {
+	if len(args) == 0 || (args[0] != "perf" && args[0] != "bench") {
+		return nil, false
+	}
+	return godebug.WithAsyncPreemptOff(environ)
 }
 
 // reexec replaces the process with itself, run with env. If that fails

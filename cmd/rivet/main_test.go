@@ -339,25 +339,64 @@ func TestHostBench(t *testing.T) {
 	}
 }
 
-// TestPerfEnv: "rivet perf" re-executes itself with asynchronous
-// preemption off, unless GODEBUG already sets it either way; other
-// commands do not re-execute.
-func TestPerfEnv(t *testing.T) {
+// TestBenchmarkEnv: the benchmark commands re-execute themselves with
+// asynchronous preemption off, unless GODEBUG already sets it either way;
+// other commands do not re-execute.
+func TestBenchmarkEnv(t *testing.T) {
 	for _, tc := range []struct {
 		args, environ []string
 		want          []string // nil: no re-execution
 	}{
 		{[]string{"perf", "write_lat"}, []string{"A=1"}, []string{"A=1", "GODEBUG=asyncpreemptoff=1"}},
-		{[]string{"perf"}, []string{"GODEBUG=", "B=2"}, []string{"GODEBUG=asyncpreemptoff=1", "B=2"}},
-		{[]string{"perf", "send_lat"}, []string{"GODEBUG=madvdontneed=1"}, []string{"GODEBUG=madvdontneed=1,asyncpreemptoff=1"}},
+		{[]string{"bench", "osu_latency"}, []string{"GODEBUG=gctrace=1"}, []string{"GODEBUG=gctrace=1,asyncpreemptoff=1"}},
 		{[]string{"perf", "write_lat"}, []string{"GODEBUG=asyncpreemptoff=0"}, nil},
-		{[]string{"perf", "write_lat"}, []string{"GODEBUG=gctrace=1,asyncpreemptoff=1"}, nil},
-		{[]string{"bench", "osu_latency"}, []string{"A=1"}, nil},
+		{[]string{"bench"}, []string{"GODEBUG=asyncpreemptoff=1"}, nil},
+		{[]string{"devices"}, []string{"A=1"}, nil},
 		{nil, nil, nil},
 	} {
-		env, ok := perfEnv(tc.args, tc.environ)
+		env, ok := benchmarkEnv(tc.args, tc.environ)
 		if ok != (tc.want != nil) || strings.Join(env, " ") != strings.Join(tc.want, " ") {
-			t.Errorf("perfEnv(%q, %q) = %q, %v; want %q", tc.args, tc.environ, env, ok, tc.want)
+			t.Errorf("benchmarkEnv(%q, %q) = %q, %v; want %q", tc.args, tc.environ, env, ok, tc.want)
+		}
+	}
+}
+
+// asMain is the environment that makes the test binary run the whole
+// command, re-execution included, with extra added and GODEBUG and
+// GOMAXPROCS from the test's own environment left out.
+func asMain(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GODEBUG=") && !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			env = append(env, kv)
+		}
+	}
+	return append(append(env, "RIVET_TEST_AS_MAIN=1"), extra...)
+}
+
+// TestBenchRuntimeSettings runs the whole bench command on shared memory:
+// its ranks run without asynchronous preemption, unless GODEBUG says
+// otherwise, and rank 0 says which.
+func TestBenchRuntimeSettings(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "async preemption off"},
+		{[]string{"GODEBUG=asyncpreemptoff=0"}, "async preemption on"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, os.Args[0], "bench", "osu_latency", "-m", "8:8", "-i", "50", "-x", "5")
+		cmd.Env = asMain(tc.env...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		cancel()
+		if err != nil || !strings.Contains(stdout.String(), "\n8 ") {
+			t.Fatalf("%v: %v\n%s\n%s", tc.env, err, stdout.String(), stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "rank 1 over shm; "+tc.want+"\n") {
+			t.Errorf("%v: stderr does not say %q:\n%s", tc.env, tc.want, stderr.String())
 		}
 	}
 }
@@ -368,13 +407,6 @@ func TestPerfEnv(t *testing.T) {
 // what the environment says when it says something.
 func TestPerfRuntimeSettings(t *testing.T) {
 	devs := testutil.RXEDevices(t)
-	var base []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GODEBUG=") && !strings.HasPrefix(kv, "GOMAXPROCS=") {
-			base = append(base, kv)
-		}
-	}
-	base = append(base, "RIVET_TEST_AS_MAIN=1")
 	for i, tc := range []struct {
 		env  []string
 		want string
@@ -386,7 +418,7 @@ func TestPerfRuntimeSettings(t *testing.T) {
 		args := []string{"perf", "write_lat", "-d", devs[0], "-n", "100", "-p", port}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		srv := exec.CommandContext(ctx, os.Args[0], args...)
-		srv.Env = append(base, tc.env...)
+		srv.Env = asMain(tc.env...)
 		var srvOut bytes.Buffer
 		srv.Stdout, srv.Stderr = &srvOut, &srvOut
 		if err := srv.Start(); err != nil {
