@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -40,10 +41,31 @@ func lastByte(b []byte) byte {
 	return byte(w >> (8 * shift))
 }
 
+// interrupted returns ctx's error every checkEvery-th iteration of a
+// latency loop. A ping-pong's waits are short, and a wait looks at ctx
+// only once it is long, so without this an interrupt would go unseen for
+// as long as both sides keep answering.
+func interrupted(ctx context.Context, i int) error {
+	if i%checkEvery != checkEvery-1 {
+		return nil
+	}
+	return ctx.Err()
+}
+
+// checkEvery is how many iterations a latency loop runs between looks at
+// its context: tens of milliseconds on rxe, and one mutex in 256
+// iterations costs nothing measurable.
+const checkEvery = 256
+
 // waitByte spins until b's last byte is v.
 func waitByte(ctx context.Context, b []byte, v byte) error {
 	for spins := 0; lastByte(b) != v; spins++ {
 		if spins&0xfffff == 0xfffff {
+			// A scheduling point: this loop calls nothing, so with
+			// asynchronous preemption off and one P (as rivet perf
+			// runs) the goroutine that cancels ctx on an interrupt
+			// would never run.
+			runtime.Gosched()
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -83,6 +105,7 @@ func (e *env) waitWC(ctx context.Context, cq *verbs.CQ) error {
 			return e.wcs[0].Err()
 		}
 		if spins&0xffff == 0xffff {
+			runtime.Gosched() // as in waitByte
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -116,6 +139,9 @@ func (e *env) writeLat(ctx context.Context, size int, client bool) (*Result, err
 	wr := &wrs[0]
 	iters := e.cfg.Iters
 	for i := 0; i < iters; i++ {
+		if err := interrupted(ctx, i); err != nil {
+			return nil, err
+		}
 		v := byte(i%255 + 1)
 		if client {
 			e.times[i] = stamp()
@@ -166,6 +192,9 @@ func (e *env) sendLat(ctx context.Context, size int, client bool) (*Result, erro
 	wr := &wrs[0]
 	iters := e.cfg.Iters
 	for i := 0; i < iters; i++ {
+		if err := interrupted(ctx, i); err != nil {
+			return nil, err
+		}
 		if client {
 			e.times[i] = stamp()
 		} else if err := e.recvOne(ctx, recv); err != nil {
@@ -212,6 +241,9 @@ func (e *env) opLat(ctx context.Context, size int) (*Result, error) {
 	}
 	iters := e.cfg.Iters
 	for i := 0; i < iters; i++ {
+		if err := interrupted(ctx, i); err != nil {
+			return nil, err
+		}
 		e.times[i] = stamp()
 		if err := e.qp.PostSend(wrs...); err != nil {
 			return nil, err

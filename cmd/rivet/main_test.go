@@ -438,3 +438,46 @@ func TestPerfRuntimeSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestPerfInterrupt: with one thread and no asynchronous preemption, an
+// interrupt still ends both sides of a latency test within its loop.
+func TestPerfInterrupt(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	for i, test := range []string{"write_lat", "send_lat", "read_lat"} {
+		args := []string{"perf", test, "-d", devs[0], "-n", "20000000", "-p", fmt.Sprint(18910 + i)}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		srv := exec.CommandContext(ctx, os.Args[0], args...)
+		srv.Env = asMain()
+		var srvOut, cliOut syncBuffer
+		srv.Stdout, srv.Stderr = &srvOut, &srvOut
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cli := exec.CommandContext(ctx, os.Args[0], append(args, "127.0.0.1")...)
+		cli.Env = srv.Env
+		cli.Stdout, cli.Stderr = &cliOut, &cliOut
+		if err := cli.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for !strings.Contains(cliOut.String(), "t_typical[usec]") { // then in the loop
+			if ctx.Err() != nil {
+				t.Fatalf("%s: no header:\n%s\n%s", test, cliOut.String(), srvOut.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond)
+		start := time.Now()
+		cli.Process.Signal(os.Interrupt)
+		srv.Process.Signal(os.Interrupt)
+		cliErr, srvErr := cli.Wait(), srv.Wait()
+		d := time.Since(start)
+		t.Logf("%s: both sides ended %v after the interrupt", test, d)
+		if d > 2*time.Second {
+			t.Errorf("%s: the interrupted processes took %v to exit", test, d)
+		}
+		if cliErr == nil || srvErr == nil || !strings.Contains(cliOut.String(), "context canceled") {
+			t.Errorf("%s: client %v, server %v:\n%s\n%s", test, cliErr, srvErr, cliOut.String(), srvOut.String())
+		}
+	}
+}
