@@ -48,8 +48,7 @@ func perfCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	cfg.Server = fs.Arg(0)
 	// One thread runs Go code, as perftest's one thread runs C: the loop
-	// needs no other, and the runtime's idle threads would otherwise wake
-	// and spin beside it on a 2-CPU machine.
+	// needs no other.
 	if os.Getenv("GOMAXPROCS") == "" {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
