@@ -261,8 +261,10 @@ func (e *env) opLat(ctx context.Context, size int) (*Result, error) {
 func (e *env) latency(size, div int) *Result {
 	n := e.cfg.Iters
 	d := make([]float64, n)
+	samples := make([]time.Duration, n)
 	for i := range d {
 		d[i] = ticksToNs(e.times[i+1]-e.times[i]) / float64(div)
+		samples[i] = time.Duration(d[i])
 	}
 	slices.Sort(d)
 	var sum, sq float64
@@ -277,6 +279,7 @@ func (e *env) latency(size, div int) *Result {
 	return &Result{
 		Size: size, Iters: n, Min: ns(d[0]), Max: ns(d[n-1]), Typical: ns(d[n/2]), Avg: ns(avg),
 		Stdev: ns(sqrt(sq / float64(n))), P99: ns(d[int(0.99*float64(n))]), P999: ns(d[min(n-1, int(0.999*float64(n)))]),
+		Samples: samples,
 	}
 }
 

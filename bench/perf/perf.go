@@ -46,6 +46,10 @@ type Config struct {
 	TxDepth  int    // -t, bandwidth tests' outstanding requests; 0 means 128
 	Inline   int    // -I, the largest size sent inline; -1 means perftest's default (220 for writes and sends)
 	Atomic   string // -A for atomic_lat: FETCH_AND_ADD (default) or CMP_AND_SWAP
+	// Histogram (-H) prints every iteration's latency, sorted, before its
+	// row; Unsorted (-U) prints them in the order measured and implies
+	// Histogram. Latency tests only, on the side that reports.
+	Histogram, Unsorted bool
 }
 
 // Result is one row of the table.
@@ -58,6 +62,9 @@ type Result struct {
 	// Bandwidth tests, in MiB/s as perftest's MB/sec, and millions of
 	// messages per second.
 	BWPeak, BWAvg, MsgRate float64
+	// Samples holds a latency test's iterations, each as the statistics
+	// above count it, in the order measured.
+	Samples []time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -110,6 +117,11 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("%d iterations (at least 5)", c.Iters)
 	case c.TxDepth < 1 || c.TxDepth > 4096:
 		return fmt.Errorf("tx depth %d", c.TxDepth)
+	case (c.Histogram || c.Unsorted) && bw:
+		return errors.New("-H and -U report latency tests' iterations; a bandwidth test has none to report")
+	}
+	if c.Unsorted {
+		c.Histogram = true
 	}
 	return nil
 }

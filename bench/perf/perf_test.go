@@ -3,6 +3,9 @@ package perf
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +96,8 @@ func TestConfigErrors(t *testing.T) {
 		{Test: WriteBW, Iters: 2},
 		{Test: AtomicLat, Atomic: "XOR"},
 		{Test: WriteBW, TxDepth: 100000},
+		{Test: WriteBW, Histogram: true},
+		{Test: ReadBW, Unsorted: true},
 	} {
 		if _, err := Run(context.Background(), c, &bytes.Buffer{}); err == nil {
 			t.Errorf("Run(%+v) succeeded", c)
@@ -102,8 +107,96 @@ func TestConfigErrors(t *testing.T) {
 	if err := c.defaults(); err != nil || c.Size != 8 || c.Iters != 1000 || c.Port != 18515 {
 		t.Errorf("atomic defaults: %+v, %v", c, err)
 	}
+	c = Config{Test: ReadLat, Unsorted: true}
+	if err := c.defaults(); err != nil || !c.Histogram {
+		t.Errorf("-U without -H: %+v, %v; want Histogram set", c, err)
+	}
 	c = Config{Test: WriteBW, Inline: -1}
 	if err := c.defaults(); err != nil || c.Size != 65536 || c.Iters != 5000 || c.TxDepth != 128 || c.Inline != 220 {
 		t.Errorf("bandwidth defaults: %+v, %v", c, err)
+	}
+}
+
+// TestPrintSamples checks perftest's -H and -U layout on made-up samples.
+func TestPrintSamples(t *testing.T) {
+	samples := []time.Duration{30500 * time.Nanosecond, 12 * time.Microsecond, 1234567 * time.Nanosecond}
+	for _, tc := range []struct {
+		sorted bool
+		want   string
+	}{
+		{false, "#, usec\n1, 30.5\n2, 12\n3, 1234.57\n"},
+		{true, "#, usec\n1, 12\n2, 30.5\n3, 1234.57\n"},
+	} {
+		var b bytes.Buffer
+		printSamples(&b, samples, tc.sorted)
+		if b.String() != tc.want {
+			t.Errorf("sorted %v: got %q, want %q", tc.sorted, b.String(), tc.want)
+		}
+	}
+	if samples[0] != 30500*time.Nanosecond {
+		t.Error("printing sorted samples reordered the caller's slice")
+	}
+}
+
+// TestHistogram runs a ping-pong with -U and an operation test with -H on
+// rxe and checks the listed iterations against the result: all of them, in
+// the order measured or sorted, with the row still last.
+func TestHistogram(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	for i, test := range []string{WriteLat, ReadLat} {
+		t.Run(test, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := Config{Test: test, Device: devs[0], GIDIndex: -1, Inline: -1, Iters: 60, Port: 18870 + i, Size: 64,
+				Unsorted: test == WriteLat, Histogram: test == ReadLat}
+			srvCfg := cfg
+			srvErr := make(chan error, 1)
+			go func() { _, err := Run(ctx, srvCfg, &bytes.Buffer{}); srvErr <- err }()
+			cfg.Server = "127.0.0.1"
+			var out bytes.Buffer
+			res, err := Run(ctx, cfg, &out)
+			if serr := <-srvErr; serr != nil || err != nil {
+				t.Fatalf("server: %v; client: %v", serr, err)
+			}
+			r := res[0]
+			if len(r.Samples) != cfg.Iters {
+				t.Fatalf("%d samples, want %d", len(r.Samples), cfg.Iters)
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			start := slices.Index(lines, "#, usec")
+			if start < 0 {
+				t.Fatalf("no histogram in\n%s", out.String())
+			}
+			var got []float64
+			for k, l := range lines[start+1:] {
+				var n int
+				var v float64
+				if _, err := fmt.Sscanf(l, "%d, %g", &n, &v); err != nil {
+					break
+				}
+				if n != k+1 {
+					t.Fatalf("line %q: index %d, want %d", l, n, k+1)
+				}
+				got = append(got, v)
+			}
+			if len(got) != cfg.Iters {
+				t.Fatalf("%d histogram lines, want %d", len(got), cfg.Iters)
+			}
+			want := slices.Clone(r.Samples)
+			if cfg.Histogram && !cfg.Unsorted {
+				slices.Sort(want)
+			}
+			for k, v := range got {
+				if w := float64(want[k]) / 1e3; math.Abs(v-w) > 1e-5*w {
+					t.Fatalf("line %d: %g µs, want %g", k+1, v, w)
+				}
+			}
+			if first := float64(slices.Min(r.Samples)) / 1e3; math.Abs(slices.Min(got)-first) > 1e-5*first || slices.Min(r.Samples) != r.Min {
+				t.Errorf("smallest sample %g µs, t_min %v", slices.Min(got), r.Min)
+			}
+			if row := lines[len(lines)-2]; !strings.HasPrefix(row, " 64 ") {
+				t.Errorf("the row is not last before the rule: %q", row)
+			}
+		})
 	}
 }

@@ -1,10 +1,12 @@
 package perf
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/rivet-hpc/rivet/internal/godebug"
@@ -45,11 +47,16 @@ func printHeader(w io.Writer, cfg Config, e *env) {
 	if cfg.isBW() {
 		fmt.Fprintln(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
 	} else {
-		fmt.Fprintln(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
+		fmt.Fprintln(w, latencyColumns)
 	}
 }
 
 func printRow(w io.Writer, cfg Config, r Result) {
+	if cfg.Histogram && !cfg.isBW() {
+		printSamples(w, r.Samples, !cfg.Unsorted)
+		fmt.Fprintln(w, rule)
+		fmt.Fprintln(w, latencyColumns)
+	}
 	if cfg.isBW() {
 		fmt.Fprintf(w, " %-10d %-10d     %-7.2f            %-7.2f\t\t   %.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
 		return
@@ -60,3 +67,21 @@ func printRow(w io.Writer, cfg Config, r Result) {
 }
 
 func printFooter(w io.Writer) { fmt.Fprintln(w, rule) }
+
+const latencyColumns = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+
+// printSamples prints one latency per line as perftest's -H and -U do
+// ("#, usec", then "N, value"), sorted or in the order measured. Unlike
+// perftest's sorted list it leaves out no iteration.
+func printSamples(w io.Writer, samples []time.Duration, sorted bool) {
+	if sorted {
+		samples = slices.Clone(samples)
+		slices.Sort(samples)
+	}
+	bw := bufio.NewWriter(w)
+	fmt.Fprintln(bw, "#, usec")
+	for i, s := range samples {
+		fmt.Fprintf(bw, "%d, %.6g\n", i+1, float64(s)/1e3)
+	}
+	bw.Flush()
+}

@@ -46,6 +46,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"rxe", "add", "x"}, 1, "usage: rivet rxe add NAME NETDEV"},
 		{[]string{"devices", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"devices", "-bogus"}, 2, "flag provided but not defined"},
+		{[]string{"perf", "write_bw", "-U"}, 1, "-H and -U report latency tests"},
 	} {
 		_, stderr, status := rivet(tc.args...)
 		if status != tc.status || !strings.Contains(stderr, tc.want) {

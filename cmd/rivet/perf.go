@@ -39,6 +39,8 @@ func perfCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&cfg.TxDepth, "t", 128, "outstanding requests, bandwidth tests")
 	fs.IntVar(&cfg.Inline, "I", -1, "largest message sent inline (default 220 for writes and sends, as perftest)")
 	fs.StringVar(&cfg.Atomic, "A", "FETCH_AND_ADD", "atomic_lat's operation: FETCH_AND_ADD or CMP_AND_SWAP")
+	fs.BoolVar(&cfg.Histogram, "H", false, "print every iteration's latency, sorted (latency tests)")
+	fs.BoolVar(&cfg.Unsorted, "U", false, "print every iteration's latency in the order measured (implies -H)")
 	if err := parseFlags(fs, args[1:], stderr); err != nil {
 		return err
 	}
