@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Runs one latency test of `rivet perf` and of perftest with -U (every
+# iteration, in the order measured) and says, per run, how its iterations
+# split between a fast and a slow state. Under TCG the same loop runs in
+# one of two states that last hundreds to thousands of iterations, and a
+# run's t_typical is the median of whichever state held most of it; this
+# shows the two states apart. Like perftest.sh, it must run where an rxe
+# device exists, normally:
+#
+#   go build -o bin/rxevm ./cmd/rxevm && go build -o bin/rivet ./cmd/rivet
+#   TEST=write_lat SIZE=4096 ROUNDS=6 bin/rxevm -topology rxe bash bench/perftest-iters.sh
+#
+# An iteration is "slow" when it takes 1.45× the run's fastest or more
+# (the two states' medians are 1.3–2.5× apart). Per run it prints the
+# minimum and median, the share of fast iterations and each state's
+# median, and how the slow iterations come: how many stretches of them,
+# their mean and longest length, and the slow share in each tenth of the
+# run. The first 10 iterations (warm-up) are left out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rivet=${RIVET:-bin/rivet}
+dev=${DEV:-rxe0}
+test=${TEST:-write_lat}
+size=${SIZE:-4096}
+iters=${ITERS:-5000}
+rounds=${ROUNDS:-6}
+gid=
+for ((i = 0; i < 16; i++)); do # the IPv4-mapped RoCE v2 GID, as perftest's -x wants it
+	p=/sys/class/infiniband/$dev/ports/1
+	if [ "$(cat $p/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ]; then
+		case $(cat $p/gids/$i) in 0000:0000:0000:0000:0000:ffff:*) gid=$i; break ;; esac
+	fi
+done
+[ -n "$gid" ] || { echo "perftest-iters.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
+port=18900
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print 0; else print v[int((NR + 1) / 2)]}'; }
+
+# run NAME CMD...: runs server (CPU 1) and client (CPU 0) and prints the summary
+run() {
+	local name=$1
+	shift
+	local -a cmd=("$@" -d "$dev" -x "$gid" -s "$size" -n "$iters" -U -p "$port")
+	taskset -c 1 "${cmd[@]}" >/dev/null 2>&1 &
+	local spid=$!
+	sleep 0.5
+	timeout 120 taskset -c 0 "${cmd[@]}" 127.0.0.1 >"$tmp/out" 2>&1 || true
+	wait $spid || true
+	port=$((port + 1))
+	awk '/^#, usec/ {on = 1; next} on && /^[0-9]+, / {print $2; next} {on = 0}' "$tmp/out" | tail -n +11 >"$tmp/v"
+	if [ ! -s "$tmp/v" ]; then
+		echo "$name: no iterations listed" >&2
+		return
+	fi
+	local min med thr
+	min=$(sort -g "$tmp/v" | awk 'NR == 1')
+	med=$(median <"$tmp/v")
+	thr=$(awk -v m="$min" 'BEGIN {print 1.45 * m}')
+	local fastmed slowmed
+	fastmed=$(awk -v t="$thr" '$1 < t' "$tmp/v" | median)
+	slowmed=$(awk -v t="$thr" '$1 >= t' "$tmp/v" | median)
+	awk -v t="$thr" -v name="$name" -v min="$min" -v med="$med" -v fm="$fastmed" -v sm="$slowmed" '
+		{v[NR] = $1}
+		END {
+			n = NR; fast = 0; runs = 0; cur = 0; longest = 0; slow = 0
+			for (i = 1; i <= n; i++) {
+				if (v[i] < t) { fast++; if (cur) { runs++; slow += cur; if (cur > longest) longest = cur; cur = 0 } }
+				else cur++
+			}
+			if (cur) { runs++; slow += cur; if (cur > longest) longest = cur }
+			tenths = ""
+			for (k = 0; k < 10; k++) {
+				a = int(k * n / 10) + 1; b = int((k + 1) * n / 10); s = 0
+				for (i = a; i <= b; i++) if (v[i] >= t) s++
+				tenths = tenths sprintf(" %3d", 100 * s / (b - a + 1))
+			}
+			printf "%-9s min %7.2f median %7.2f | fast %3d%% (median %7.2f), slow median %7.2f | %4d slow stretches, mean %6.1f, longest %5d | slow %% by tenth:%s\n",
+				name, min, med, 100 * fast / n, fm, sm, runs, (runs ? slow / runs : 0), longest, tenths
+		}' "$tmp/v"
+}
+
+echo "rivet perf and perftest, $test $size B, $iters iterations, $rounds rounds, on $dev (GID $gid); µs"
+for ((r = 0; r < rounds; r++)); do
+	if ((r % 2 == 0)); then
+		run rivet "$rivet" perf "$test"
+		run perftest "ib_$test"
+	else
+		run perftest "ib_$test"
+		run rivet "$rivet" perf "$test"
+	fi
+done
