@@ -24,14 +24,8 @@ test=${TEST:-write_lat}
 size=${SIZE:-4096}
 iters=${ITERS:-5000}
 rounds=${ROUNDS:-6}
-gid=
-for ((i = 0; i < 16; i++)); do # the IPv4-mapped RoCE v2 GID, as perftest's -x wants it
-	p=/sys/class/infiniband/$dev/ports/1
-	if [ "$(cat $p/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ]; then
-		case $(cat $p/gids/$i) in 0000:0000:0000:0000:0000:ffff:*) gid=$i; break ;; esac
-	fi
-done
-[ -n "$gid" ] || { echo "perftest-iters.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
+. bench/rxe-gid.sh
+gid=$(rxe_gid "$dev") || { echo "perftest-iters.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
 port=18900
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -19,14 +19,8 @@ cd "$(dirname "$0")/.."
 rivet=${RIVET:-bin/rivet}
 dev=${DEV:-rxe0}
 rounds=${ROUNDS:-5}
-gid=
-for ((i = 0; i < 16; i++)); do # the IPv4-mapped RoCE v2 GID, as perftest's -x wants it
-	p=/sys/class/infiniband/$dev/ports/1
-	if [ "$(cat $p/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ]; then
-		case $(cat $p/gids/$i) in 0000:0000:0000:0000:0000:ffff:*) gid=$i; break ;; esac
-	fi
-done
-[ -n "$gid" ] || { echo "perftest.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
+. bench/rxe-gid.sh
+gid=$(rxe_gid "$dev") || { echo "perftest.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
 port=18700
 srv_cpu=$(($(nproc) - 1))
 cli_cpu=0
