@@ -20,6 +20,7 @@ rivet=${RIVET:-bin/rivet}
 dev=${DEV:-rxe0}
 rounds=${ROUNDS:-5}
 . bench/rxe-gid.sh
+. bench/stats.sh
 gid=$(rxe_gid "$dev") || { echo "perftest.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
 port=18700
 srv_cpu=$(($(nproc) - 1))
@@ -38,9 +39,6 @@ run_pair() {
 	timeout 120 taskset -c "$cli_cpu" "${cli[@]}" 2>&1 | grep -E '^ +[0-9]' | tail -1 || true
 	wait $spid || true
 }
-
-# median of the numbers on stdin; a failed run's "-" lines are left out
-median() { grep -v '^-$' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print v[int((NR+1)/2)]}'; }
 
 # measure TEST PERFTEST_BIN SIZE ITERS COLUMN [COLUMN2]: COLUMN is the awk
 # field of the row to keep (5 = t_typical for latency, 4 = BW average for
@@ -68,22 +66,9 @@ measure() {
 		fi
 	done
 	ratio() { awk -v r="$1" -v p="$2" 'BEGIN {if (p > 0) printf "%.3f", r / p; else print "nan"}'; }
-	# the median over rounds of rivet's value / perftest's in the same
-	# round: the two ran back to back, so a slow spell of the host weighs
-	# on both sides of each ratio
-	pairmed() { paste "$1" "$2" | awk '$1 != "-" && $2 != "-" && $2 > 0 {print $1 / $2}' | median | awk '$1 == "nan" {print; next} {printf "%.3f", $1}'; }
-	# pairci: a distribution-free confidence interval of at least 95% for
-	# that median — the k-th smallest and k-th largest of the n ratios,
-	# with k the largest rank whose binomial(n, 1/2) tail stays ≤ 2.5%
-	pairci() {
-		paste "$1" "$2" | awk '$1 != "-" && $2 != "-" && $2 > 0 {print $1 / $2}' | sort -g | awk '
-			{v[NR] = $1}
-			END {
-				n = NR; k = 0; t = 0; c = 1 # c = n choose j
-				for (j = 0; j < n; j++) { t += c / 2 ^ n; if (t > 0.025) break; k = j + 1; c = c * (n - j) / (j + 1) }
-				if (k == 0) print "-"; else printf "%.2f–%.2f", v[k], v[n - k + 1]
-			}'
-	}
+	# the median over rounds of each round's own ratio, and its interval
+	pairmed() { ratios "$1" "$2" | median | decimals 3; }
+	pairci() { ratios "$1" "$2" | median_ci; }
 	r=$(median </tmp/perftest-r) p=$(median </tmp/perftest-p)
 	if [ "$col2" != "$col" ]; then
 		r2=$(median </tmp/perftest-r2) p2=$(median </tmp/perftest-p2)
