@@ -62,12 +62,12 @@ func run(args []string, out io.Writer) error {
 	for i := range mem { // fault it in before timing
 		mem[i] = uint64(i)
 	}
-	means := measure(mem, *dur, *win)
-	fmt.Fprintf(out, "# %d windows of %v, %s working set; each window's time per unit over the fastest's\n", len(means), *win, *memSize)
-	for i, r := range relative(means) {
+	rel := relative(measure(mem, *dur, *win))
+	fmt.Fprintf(out, "# %d windows of %v, %s working set; each window's time per unit over the fastest's\n", len(rel), *win, *memSize)
+	for i, r := range rel {
 		fmt.Fprintf(out, "%d %.2f\n", i, r)
 	}
-	fmt.Fprintf(out, "# windows at 1.5x or more: %.0f%%\n", 100*slowShare(relative(means), 1.5))
+	fmt.Fprintf(out, "# windows at 1.5x or more: %.0f%%\n", 100*slowShare(rel, 1.5))
 	return nil
 }
 
