@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Counts the guest instructions per iteration of Rivet's latency loops and
+# of the references they are compared with — perftest on the same rxe
+# device, and Open MPI + UCX for osu_latency — in one rxevm VM run with
+# the insncount QEMU plugin (bench/qemu/insncount.c). Unlike times, the
+# counts do not move with the host's speed spells, so they show exactly
+# how much work each program does per iteration, in the kernel and in its
+# own code (see bench/insncount/main.go for how work and polling are told
+# apart).
+#
+#   bash bench/insncount.sh                  # all tests
+#   TESTS="write_lat:4096 osu_latency" bash bench/insncount.sh
+#
+# Each test runs each program twice, with N1 and N2 iterations (default
+# 1000 and 4000), after an unmarked warm-up run; the difference of the two
+# runs, over N2 - N1, is the count per iteration. Server on vCPU 1, client
+# on vCPU 0, as in bench/perftest.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+all="write_lat:8 write_lat:4096 read_lat:8 read_lat:4096 atomic_lat:8 send_lat:8 osu_latency"
+tests=${TESTS:-$all}
+n1=${N1:-1000} n2=${N2:-4000}
+
+if [ "${1:-}" != --in-vm ]; then
+	out=$(mktemp -d /tmp/insncount.XXXXXX)
+	[ -n "${KEEP:-}" ] || trap 'rm -rf "$out"' EXIT
+	gcc -O2 -Wall -shared -fPIC -fvisibility=hidden -o "$out/insncount.so" bench/qemu/insncount.c
+	gcc -O2 -static -nostdlib -fno-pie -no-pie -Wl,--section-start=.text=0x13370000 -o "$out/mark" bench/qemu/mark.c
+	CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
+	go build -o "$out/rivet" ./cmd/rivet
+	go build -o "$out/rivetrun" ./cmd/rivetrun
+	go build -o "$out/insncount" ./bench/insncount
+	case " $tests " in *" osu_latency "*) mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c ;; esac
+	cat >"$out/qemu" <<-EOF
+		#!/bin/sh
+		exec qemu-system-x86_64 "\$@" -plugin $out/insncount.so,out=$out/counts
+	EOF
+	chmod +x "$out/qemu"
+	"$out/rxevm" -q -topology rxe -qemu "$out/qemu" -timeout 40m \
+		env BIN="$out" TESTS="$tests" N1="$n1" N2="$n2" bash "$0" --in-vm | tee "$out/log"
+	grep '^SECTION ' "$out/log" | cut -d' ' -f2- >"$out/sections"
+	echo
+	echo "VM kernel $(grep '^KERNEL ' "$out/log" | cut -d' ' -f2-), N1=$n1 N2=$n2"
+	"$out/insncount" -counts "$out/counts" -sections "$out/sections" -bin "$out/rivet" -top "${TOP:-0}"
+	exit
+fi
+
+. bench/rxe-gid.sh
+dev=rxe0
+gid=$(rxe_gid $dev) || { echo "insncount.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
+hostname rivet-vm # mpirun refuses to start while the hostname is "(none)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "KERNEL $(uname -r)"
+port=19000
+
+# pair BIN ARGS...: a server and a client of a perftest-style program
+pair() {
+	port=$((port + 1))
+	taskset -c 1 "$@" -p $port >/tmp/insn-srv.log 2>&1 &
+	local spid=$!
+	sleep 0.5
+	timeout 120 taskset -c 0 "$@" -p $port 127.0.0.1 2>&1 | grep -E '^ +[0-9]' | tail -1 || true
+	wait $spid || true
+}
+rivet_osu() {
+	RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 "$BIN/rivet" bench osu_latency -m 8:8 -x 100 -i "$1" 2>/dev/null |
+		grep -E '^[0-9]' | tail -1 || true
+}
+ompi_osu() {
+	timeout 300 mpirun.openmpi -n 2 --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+		--mca btl ^openib,uct -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=$dev:1 -x UCX_IB_GID_INDEX=0 \
+		"$BIN/ompi_osu" latency -m 8:8 -x 100 -i "$1" 2>/dev/null | grep -E '^[0-9]' | tail -1 || true
+}
+# one LABEL N CMD...: a marked run; the plugin's counts between the two
+# marks are this run's section
+one() {
+	local label=$1 n=$2
+	shift 2
+	"$BIN/mark"
+	"$@"
+	"$BIN/mark"
+	echo "SECTION $label $n"
+}
+for t in $tests; do
+	if [ "$t" = osu_latency ]; then
+		rivet_osu 300 >/dev/null
+		ompi_osu 300 >/dev/null
+		for n in "$n1" "$n2"; do
+			one "rivet osu_latency 8" "$n" rivet_osu "$n"
+			one "ompi osu_latency 8" "$n" ompi_osu "$n"
+		done
+		continue
+	fi
+	test=${t%%:*} size=${t#*:}
+	pair "$BIN/rivet" perf "$test" -d $dev -x "$gid" -s "$size" -n 300 >/dev/null
+	pair "ib_$test" -d $dev -x "$gid" -s "$size" -n 300 >/dev/null
+	for n in "$n1" "$n2"; do
+		one "rivet $test $size" "$n" pair "$BIN/rivet" perf "$test" -d $dev -x "$gid" -s "$size" -n "$n"
+		one "perftest $test $size" "$n" pair "ib_$test" -d $dev -x "$gid" -s "$size" -n "$n"
+	done
+done

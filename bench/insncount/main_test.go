@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Two runs of one program, 100 and 300 iterations: a kernel block of 10
+// instructions run twice per iteration, a user work block of 5 run once,
+// a polling block of 3 run 50 times, and start-up (a block run once per
+// run) that must cancel.
+const testCounts = `mark 0 vcpu 0
+ffffffff81000000 10 999 0 0 0 0 0 0 0
+mark 1 vcpu 0
+ffffffff81000000 10 200 0 0 0 0 0 0 0
+401000 5 100 0 0 0 0 0 0 0
+402000 3 5000 0 0 0 0 0 0 0
+403000 7 1 0 0 0 0 0 0 0
+mark 2 vcpu 1
+401000 5 77 0 0 0 0 0 0 0
+mark 3 vcpu 0
+ffffffff81000000 10 600 0 0 0 0 0 0 0
+401000 5 300 4 0 0 0 0 0 0
+402000 3 15000 0 0 0 0 0 0 0
+403000 7 1 0 0 0 0 0 0 0
+`
+
+func TestParse(t *testing.T) {
+	secs, err := parseCounts(strings.NewReader(testCounts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(secs) != 4 {
+		t.Fatalf("%d sections, want 4", len(secs))
+	}
+	if c := secs[3][blockKey{0x401000, 5}]; c[0] != 300 || c[1] != 4 {
+		t.Errorf("section 3, block 401000: %v", c)
+	}
+	runs, err := parseSections("prog test 100\nprog test 300\n", secs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs[0].label != "prog test" || runs[0].iters != 100 || runs[1].iters != 300 {
+		t.Errorf("runs: %+v", runs)
+	}
+	labels, diffs, err := pair(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(labels) != 1 {
+		t.Fatalf("labels %q", labels)
+	}
+	s := diffs[0].split(0, 8)
+	if s.kernel != 20 || s.work != 5 || s.poll != 150 {
+		t.Errorf("split %+v, want kernel 20, work 5, poll 150", s)
+	}
+	if s1 := diffs[0].split(1, 8); s1.work != 5*4.0/200 {
+		t.Errorf("vCPU 1 work %v", s1.work)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	for _, c := range []string{
+		"401000 5 1\n",                   // counts before any mark
+		"mark 0 vcpu 0\n401000 x 1\n",    // bad length
+		"mark 0 vcpu 0\nzz 5 1\n",        // bad address
+		"mark 0 vcpu 0\n401000 5\n",      // no count
+		"mark 0 vcpu 0\n401000 5 1 -3\n", // bad count
+	} {
+		if _, err := parseCounts(strings.NewReader(c)); err == nil {
+			t.Errorf("%q: no error", c)
+		}
+	}
+	secs, _ := parseCounts(strings.NewReader(testCounts))
+	for _, c := range []string{"prog 0", "prog x", "prog", "a 1\nb 1\nc 1"} {
+		if _, err := parseSections(c, secs); err == nil {
+			t.Errorf("sections %q: no error", c)
+		}
+	}
+	runs, _ := parseSections("p 300\np 100", secs)
+	if _, _, err := pair(runs); err == nil {
+		t.Error("fewer iterations in the later run: no error")
+	}
+}
+
+// TestRun runs the command on files, with this test binary's own symbols
+// (an ELF with function symbols) for -bin.
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	counts, sections := filepath.Join(dir, "counts"), filepath.Join(dir, "sections")
+	if err := os.WriteFile(counts, []byte(testCounts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sections, []byte("prog test 100\nprog test 300\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"-counts", counts, "-sections", sections}, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := "prog test                    | vCPU0      20 +      5 [    150] | vCPU1       0 +      0 [      0] | work, all vCPUs      25"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("output:\n%s\nwant a line\n%s", out.String(), want)
+	}
+	// go test strips its binaries; a built command keeps its symbols.
+	exe := filepath.Join(dir, "insncount")
+	if b, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	syms, err := readSymbols(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name := syms.lookup(syms.addrs[len(syms.addrs)/2]); name == "other" || name == "" {
+		t.Errorf("a symbol's own address looks up as %q", name)
+	}
+	if name := syms.lookup(syms.end); name != "other" {
+		t.Errorf("the end of the text looks up as %q", name)
+	}
+	// Labels that start with the binary's name list its functions' work:
+	// here 401000, the start of Go's text, with 5 instructions per
+	// iteration.
+	if err := os.WriteFile(sections, []byte("insncount test 100\ninsncount test 300\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run([]string{"-counts", counts, "-sections", sections, "-bin", exe, "-top", "3"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "\n          5  " + syms.lookup(0x401000) + "\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("output:\n%s\nwant a line %q", out.String(), want)
+	}
+	for _, args := range [][]string{
+		{},
+		{"-counts", counts},
+		{"-counts", counts, "-sections", sections, "-vcpus", "9"},
+		{"-counts", filepath.Join(dir, "none"), "-sections", sections},
+		{"-counts", counts, "-sections", sections, "-bin", counts},
+	} {
+		if err := run(args, &out); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+// insncount is a QEMU TCG plugin that counts the guest instructions each
+// vCPU executes, per translation block, and writes the counts out each
+// time the guest runs the marker program (bench/qemu/mark.c). Under TCG
+// the host's speed drifts by up to 2x for seconds at a time; instruction
+// counts do not, so they compare two programs' work exactly.
+//
+// Build: gcc -O2 -shared -fPIC -o insncount.so insncount.c
+// Use:   qemu-system-x86_64 ... -plugin /path/insncount.so,out=/path/counts
+//
+// Each marker run appends a section to out:
+//
+//	mark N
+//	<pc hex> <insns per execution> <executions on vCPU 0> <on vCPU 1> ...
+//
+// with a line for every block executed since the previous mark, and then
+// resets the counts. The plugin API is QEMU's public one (version 1, as in
+// QEMU 7.2); its few declarations are written out here because Debian does
+// not ship qemu-plugin.h.
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef uint64_t qemu_plugin_id_t;
+typedef struct qemu_info_t qemu_info_t;
+struct qemu_plugin_tb;
+
+enum qemu_plugin_cb_flags {
+	QEMU_PLUGIN_CB_NO_REGS,
+	QEMU_PLUGIN_CB_R_REGS,
+	QEMU_PLUGIN_CB_RW_REGS,
+};
+
+typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
+typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
+
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb);
+void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb, qemu_plugin_vcpu_udata_cb_t cb,
+                                          enum qemu_plugin_cb_flags flags, void *userdata);
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
+uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *tb);
+
+#define EXPORT __attribute__((visibility("default")))
+
+EXPORT int qemu_plugin_version = 1;
+
+// The marker program's text is linked at this address (mark.c).
+#define MARK_LO 0x13370000u
+#define MARK_HI 0x13380000u
+
+#define MAX_VCPUS 8
+
+// A block: counts are per vCPU, so two vCPUs never race on one counter.
+struct block {
+	uint64_t pc;
+	uint64_t n; // instructions in the block
+	uint64_t count[MAX_VCPUS];
+	struct block *next; // hash chain
+	struct block *all;  // every block, for the dump
+};
+
+#define NBUCKETS (1u << 20)
+
+static struct block **buckets;
+static struct block *blocks;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static FILE *out;
+static int marks;
+
+static void exec_block(unsigned int vcpu, void *udata)
+{
+	struct block *b = udata;
+	b->count[vcpu < MAX_VCPUS ? vcpu : MAX_VCPUS - 1]++;
+}
+
+static void exec_mark(unsigned int vcpu, void *udata)
+{
+	(void)udata;
+	pthread_mutex_lock(&lock);
+	fprintf(out, "mark %d vcpu %u\n", marks++, vcpu);
+	for (struct block *b = blocks; b; b = b->all) {
+		bool any = false;
+		for (int i = 0; i < MAX_VCPUS; i++)
+			any |= b->count[i] != 0;
+		if (!any)
+			continue;
+		fprintf(out, "%" PRIx64 " %" PRIu64, b->pc, b->n);
+		for (int i = 0; i < MAX_VCPUS; i++)
+			fprintf(out, " %" PRIu64, b->count[i]);
+		fputc('\n', out);
+		memset(b->count, 0, sizeof b->count);
+	}
+	fflush(out);
+	pthread_mutex_unlock(&lock);
+}
+
+static void translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+	(void)id;
+	uint64_t pc = qemu_plugin_tb_vaddr(tb);
+	uint64_t n = qemu_plugin_tb_n_insns(tb);
+	if (pc >= MARK_LO && pc < MARK_HI) {
+		qemu_plugin_register_vcpu_tb_exec_cb(tb, exec_mark, QEMU_PLUGIN_CB_NO_REGS, NULL);
+		return;
+	}
+	// The same address may be translated again (another process, a
+	// flushed cache); blocks with the same start and length share counts.
+	uint64_t h = (pc ^ (pc >> 20) ^ (n << 7)) & (NBUCKETS - 1);
+	pthread_mutex_lock(&lock);
+	struct block *b = buckets[h];
+	while (b && (b->pc != pc || b->n != n))
+		b = b->next;
+	if (!b) {
+		b = calloc(1, sizeof *b);
+		if (!b)
+			abort();
+		b->pc = pc;
+		b->n = n;
+		b->next = buckets[h];
+		buckets[h] = b;
+		b->all = blocks;
+		blocks = b;
+	}
+	pthread_mutex_unlock(&lock);
+	qemu_plugin_register_vcpu_tb_exec_cb(tb, exec_block, QEMU_PLUGIN_CB_NO_REGS, b);
+}
+
+EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
+{
+	(void)info;
+	const char *path = NULL;
+	for (int i = 0; i < argc; i++)
+		if (strncmp(argv[i], "out=", 4) == 0)
+			path = argv[i] + 4;
+	if (!path) {
+		fprintf(stderr, "insncount: out=FILE is required\n");
+		return -1;
+	}
+	if (!(out = fopen(path, "w"))) {
+		perror(path);
+		return -1;
+	}
+	if (!(buckets = calloc(NBUCKETS, sizeof *buckets)))
+		return -1;
+	qemu_plugin_register_vcpu_tb_trans_cb(id, translate);
+	return 0;
+}
