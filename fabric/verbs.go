@@ -53,6 +53,14 @@ const (
 	vStageKeep   = 64 << 20    // staging memory kept for reuse
 	vCtlWords    = 2           // per world rank: credits from it, its goodbye
 	vMaxOneSided = 1024        // one-sided operations in flight
+	// vRepostBatch is how many consumed receive buffers a poll posts
+	// again at once: one post per buffer cost a ping-pong about 270
+	// guest instructions per message, a tenth of the fabric's own
+	// (bench/insncount.sh). The sender's window shrinks by at most
+	// vRepostBatch-1 buffers; with vRepostBatch ≤ vCredits/2 a sender
+	// out of credits always has vCredits/2 consumed buffers waiting to be
+	// reported, so writeCredits still returns them.
+	vRepostBatch = 16
 )
 
 // vSlotSize is a buffer for a header and an eager payload, in whole
@@ -118,7 +126,7 @@ type verbsProvider struct {
 	probed   time.Time
 	waited   []bool       // by world rank: scratch for probe
 	byIx     []*verbsPeer // peers with a queue pair, in the order they got it
-	sendBuf  *verbs.MR    // vSendSlots slots, then one inline scratch slot
+	sendBuf  *verbs.MR    // vSendSlots staging slots for frames too long to go inline
 	free     []int        // free send slots
 	ctl      *verbs.MR    // vCtlWords per world rank, then one source word
 	mem      *memRegistry
@@ -197,7 +205,7 @@ func newVerbsProvider(device string, qpConf verbs.ConnectConfig, me, size int, p
 	if v.cq, err = v.dev.NewCQ(verbs.CQConfig{Size: cqe}); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
 	}
-	if v.sendBuf, err = v.pd.Alloc((vSendSlots+1)*vSlotSize, verbs.AccessLocalWrite); err != nil {
+	if v.sendBuf, err = v.pd.Alloc(vSendSlots*vSlotSize, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: send buffers: %w", err)
 	}
 	if v.ctl, err = v.pd.Alloc((size*vCtlWords+1)*8, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
@@ -427,29 +435,33 @@ func (v *verbsProvider) send(peer int, h *hdr, payload []byte) bool {
 	}
 	hl := hdrLen(h)
 	n := hl + len(payload)
-	slot := vSendSlots // the inline scratch slot
-	flags := verbs.Inline
-	if n > vInline {
+	var err error
+	if n <= vInline {
+		// Unsignaled, and straight from the header on the stack and the
+		// caller's payload into the work request.
+		var hb [vHdr]byte
+		putHdr(hb[:hl], h, addr, key, p.consumed)
+		err = p.qp.PostSendInline(wrSend|vSendSlots, 0, hb[:hl], payload)
+	} else {
 		if len(v.free) == 0 {
 			return false
 		}
-		slot = v.free[len(v.free)-1]
-		flags = verbs.Signaled
+		slot := v.free[len(v.free)-1]
+		b := v.sendBuf.Bytes()[slot*vSlotSize : slot*vSlotSize+n]
+		putHdr(b, h, addr, key, p.consumed)
+		copy(b[hl:], payload)
+		v.sge[0] = verbs.SGE{MR: v.sendBuf, Offset: uint64(slot * vSlotSize), Length: uint32(n)}
+		v.wr[0] = verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: verbs.Signaled, Local: v.sge[:]}
+		if err = p.qp.PostSend(v.wr[:]...); err == nil {
+			v.free = v.free[:len(v.free)-1]
+		}
 	}
-	b := v.sendBuf.Bytes()[slot*vSlotSize : slot*vSlotSize+n]
-	putHdr(b, h, addr, key, p.consumed)
-	copy(b[hl:], payload)
-	v.sge[0] = verbs.SGE{MR: v.sendBuf, Offset: uint64(slot * vSlotSize), Length: uint32(n)}
-	v.wr[0] = verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: flags, Local: v.sge[:]}
-	if err := p.qp.PostSend(v.wr[:]...); err != nil {
+	if err != nil {
 		if errors.Is(err, verbs.ErrQueueFull) {
 			return false
 		}
 		v.dead = append(v.dead, peerFault{peer, err})
 		return true
-	}
-	if slot < vSendSlots {
-		v.free = v.free[:len(v.free)-1]
 	}
 	p.sent++
 	p.reported = p.consumed
@@ -567,7 +579,7 @@ func (v *verbsProvider) poll(e *engine, budget int) int {
 		v.deferred = v.deferred[1:]
 	}
 	for _, p := range v.byIx {
-		if p.taken != p.consumed && !p.dead {
+		if p.taken-p.consumed >= vRepostBatch && !p.dead {
 			v.repost(p)
 		}
 	}
@@ -615,7 +627,9 @@ func (v *verbsProvider) drain(e *engine, cq *verbs.CQ, max int) int {
 		if wc.Status != verbs.StatusSuccess {
 			switch wc.ID & wrKindMask {
 			case wrSend:
-				v.free = append(v.free, i)
+				if i < vSendSlots { // not an inline send, which holds no slot
+					v.free = append(v.free, i)
+				}
 			case wrRead:
 				v.readEnded(e, i, wc.Err())
 			case wrOneSided:
@@ -674,13 +688,13 @@ func (v *verbsProvider) received(e *engine, w, k, n int) {
 	}
 	e.deliver(p.world, &h, &v.pl)
 	// The buffer is free again (deliver copied the frame out), but it is
-	// posted at the next poll: not between this frame and whatever the
-	// process sends in answer to it.
+	// posted later, with others (vRepostBatch): not between this frame and
+	// whatever the process sends in answer to it.
 	p.taken++
 }
 
-// repost posts p's buffers taken since the last poll again, with one
-// call, and returns the credits for them.
+// repost posts p's buffers taken since it last ran again, with one call,
+// and returns the credits for them.
 func (v *verbsProvider) repost(p *verbsPeer) {
 	n := int(p.taken - p.consumed)
 	if err := v.postRecvs(p, p.consumed, n); err != nil {

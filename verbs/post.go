@@ -119,6 +119,54 @@ func (qp *QP) postSend(wrs []SendWR) error {
 	return nil
 }
 
+// PostSendInline posts one send (OpSend) of head followed by tail, copied
+// into the work request at post time as with Inline, and rings the
+// doorbell. The bytes need not lie in registered memory: the device never
+// reads them, as ibverbs allows for inline data. That spares a small
+// message its SGE — a header and a payload in two places need no staging
+// copy, and no memory region to look up and check. flags may add
+// Signaled, Solicited and Fence; len(head)+len(tail) must fit the QP's
+// inline capacity (QPConfig.MaxInline). It allocates nothing.
+func (qp *QP) PostSendInline(id uint64, flags SendFlags, head, tail []byte) error {
+	qp.sqMu.Lock()
+	err := qp.postSendInline(id, flags, head, tail)
+	qp.sqMu.Unlock()
+	return err
+}
+
+func (qp *QP) postSendInline(id uint64, flags SendFlags, head, tail []byte) error {
+	if qp.closed {
+		return fmt.Errorf("verbs: QP %#x: %w", qp.qpn, ErrClosed)
+	}
+	if qp.state != QPRTS {
+		return fmt.Errorf("verbs: posting a send on QP %#x in state %s: %w", qp.qpn, qp.state, ErrState)
+	}
+	n := len(head) + len(tail)
+	if n > qp.maxInline {
+		return invalid("%d inline bytes (this QP takes %d)", n, qp.maxInline)
+	}
+	if flags&^(Signaled|Solicited|Fence|Inline) != 0 {
+		return invalid("inline send flags %#x", uint32(flags))
+	}
+	if qp.sq.Free() == 0 {
+		return fmt.Errorf("verbs: QP %#x: %w: 1 request, 0 free send slots", qp.qpn, ErrQueueFull)
+	}
+	slot := qp.sq.NextSlot(0)
+	h := (*rxe.SendWQEHeader)(slot)
+	*h = rxe.SendWQEHeader{WRID: id, Opcode: uint32(OpSend), SendFlags: uint32(flags | Inline)}
+	qp.ssn++
+	h.SSN = qp.ssn
+	dst := unsafe.Slice((*byte)(unsafe.Add(slot, rxe.SendWQEHeaderSize)), n)
+	copy(dst[copy(dst, head):], tail)
+	// One SGE, as for the same bytes posted from one registered buffer.
+	h.DMA = rxe.DMAInfo{Length: uint32(n), Resid: uint32(n), NumSGE: uint32(min(n, 1))}
+	qp.sq.Publish(1)
+	if err := qp.bell.Ring(); err != nil {
+		return qp.pd.ctx.wrap(err)
+	}
+	return nil
+}
+
 func (qp *QP) checkSend(wr *SendWR) error {
 	total, err := qp.checkSGEs(wr.Local, qp.maxSendSGE, "send")
 	if err != nil {
