@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 # iproute2/rdma-core for the guest's tools, the C reference stack
 # (libibverbs providers, ibverbs-utils, perftest) to compare against, and
 # MPICH for its Hydra launcher, which the PMI bootstrap is tested under, and
-# Open MPI, whose build of the OSU loops (bench/ompi) the fabric is compared with.
+# Open MPI, whose build of the OSU loops (bench/ompi) the fabric is compared with;
+# gcc and libc6-dev build the instruction-counting QEMU plugin (bench/qemu).
 packages=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod xz-utils iproute2
-	rdma-core ibverbs-providers ibverbs-utils perftest mpich openmpi-bin libopenmpi-dev)
+	rdma-core ibverbs-providers ibverbs-utils perftest mpich openmpi-bin libopenmpi-dev gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
