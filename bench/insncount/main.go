@@ -53,7 +53,9 @@ const kernelBase = 0xffff800000000000
 // maxVCPUs is how many per-vCPU columns the plugin writes.
 const maxVCPUs = 8
 
-type blockKey struct{ pc, n uint64 }
+// blockKey names a block: its address, length and how many of its
+// instructions are atomic read-modify-writes.
+type blockKey struct{ pc, n, atomics uint64 }
 
 // section is one marked run: executions per block, per vCPU.
 type section map[blockKey][maxVCPUs]uint64
@@ -71,6 +73,9 @@ type perIter map[blockKey][maxVCPUs]float64
 // split is one vCPU's instructions per iteration.
 type split struct {
 	kernel, work, poll float64
+	// Atomic read-modify-writes, which multi-threaded TCG runs as calls
+	// into QEMU: in the kernel's blocks and in the work's.
+	kernelAtomics, workAtomics float64
 }
 
 func (s split) total() float64 { return s.kernel + s.work }
@@ -110,17 +115,19 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "guest instructions per iteration (per vCPU: %s)\n", strings.Repeat("kernel + work [polling] | ", *vcpus))
+	fmt.Fprintf(out, "guest instructions per iteration (per vCPU: %s; atomic read-modify-writes: kernel + work)\n", strings.Repeat("kernel + work [polling] | ", *vcpus))
 	for i, l := range labels {
 		d := diffs[i]
 		fmt.Fprintf(out, "%-28s", l)
-		var sum float64
+		var sum, ka, wa float64
 		for v := 0; v < *vcpus; v++ {
 			s := d.split(v, *pollMin)
 			sum += s.total()
+			ka += s.kernelAtomics
+			wa += s.workAtomics
 			fmt.Fprintf(out, " | vCPU%d %7.0f + %6.0f [%7.0f]", v, s.kernel, s.work, s.poll)
 		}
-		fmt.Fprintf(out, " | work, all vCPUs %7.0f\n", sum)
+		fmt.Fprintf(out, " | work, all vCPUs %7.0f | atomics %4.0f + %3.0f\n", sum, ka, wa)
 		if syms != nil && *top > 0 && strings.HasPrefix(l, syms.name+" ") {
 			for _, f := range d.byFunc(syms, *pollMin, *vcpus, *top) {
 				fmt.Fprintf(out, "    %7.0f  %s\n", f.n, f.name)
@@ -159,16 +166,20 @@ func parseCounts(r io.Reader) ([]section, error) {
 			return nil, fmt.Errorf("counts line %d: counts before the first mark", line)
 		}
 		f := strings.Fields(t)
-		if len(f) < 3 {
+		if len(f) < 4 {
 			return nil, fmt.Errorf("counts line %d: %q", line, t)
 		}
 		pc, err1 := strconv.ParseUint(f[0], 16, 64)
 		n, err2 := strconv.ParseUint(f[1], 10, 64)
-		if err := errors.Join(err1, err2); err != nil {
+		a, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
 			return nil, fmt.Errorf("counts line %d: %w", line, err)
 		}
+		if a > n {
+			return nil, fmt.Errorf("counts line %d: %d atomics in a block of %d instructions", line, a, n)
+		}
 		var c [maxVCPUs]uint64
-		for i, s := range f[2:] {
+		for i, s := range f[3:] {
 			if i >= maxVCPUs {
 				break
 			}
@@ -176,7 +187,7 @@ func parseCounts(r io.Reader) ([]section, error) {
 				return nil, fmt.Errorf("counts line %d: %w", line, err1)
 			}
 		}
-		cur[blockKey{pc, n}] = c
+		cur[blockKey{pc, n, a}] = c
 	}
 	return secs, sc.Err()
 }
@@ -261,14 +272,16 @@ func diff(a, b section, n float64) perIter {
 func (d perIter) split(v int, pollMin float64) split {
 	var s split
 	for k, c := range d {
-		ins := c[v] * float64(k.n)
+		ins, atom := c[v]*float64(k.n), c[v]*float64(k.atomics)
 		switch {
 		case k.pc >= kernelBase:
 			s.kernel += ins
+			s.kernelAtomics += atom
 		case polling(c, pollMin):
 			s.poll += ins
 		default:
 			s.work += ins
+			s.workAtomics += atom
 		}
 	}
 	return s

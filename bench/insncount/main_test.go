@@ -10,23 +10,23 @@ import (
 )
 
 // Two runs of one program, 100 and 300 iterations: a kernel block of 10
-// instructions run twice per iteration, a user work block of 5 run once,
+// instructions (one of them atomic) run twice per iteration, a user work block of 5 run once,
 // a polling block of 3 run 50 times, and start-up (a block run once per
 // run) that must cancel.
 const testCounts = `mark 0 vcpu 0
-ffffffff81000000 10 999 0 0 0 0 0 0 0
+ffffffff81000000 10 1 999 0 0 0 0 0 0 0
 mark 1 vcpu 0
-ffffffff81000000 10 200 0 0 0 0 0 0 0
-401000 5 100 0 0 0 0 0 0 0
-402000 3 5000 0 0 0 0 0 0 0
-403000 7 1 0 0 0 0 0 0 0
+ffffffff81000000 10 1 200 0 0 0 0 0 0 0
+401000 5 0 100 0 0 0 0 0 0 0
+402000 3 0 5000 0 0 0 0 0 0 0
+403000 7 0 1 0 0 0 0 0 0 0
 mark 2 vcpu 1
-401000 5 77 0 0 0 0 0 0 0
+401000 5 0 77 0 0 0 0 0 0 0
 mark 3 vcpu 0
-ffffffff81000000 10 600 0 0 0 0 0 0 0
-401000 5 300 4 0 0 0 0 0 0
-402000 3 15000 0 0 0 0 0 0 0
-403000 7 1 0 0 0 0 0 0 0
+ffffffff81000000 10 1 600 0 0 0 0 0 0 0
+401000 5 0 300 4 0 0 0 0 0 0
+402000 3 0 15000 0 0 0 0 0 0 0
+403000 7 0 1 0 0 0 0 0 0 0
 `
 
 func TestParse(t *testing.T) {
@@ -37,7 +37,7 @@ func TestParse(t *testing.T) {
 	if len(secs) != 4 {
 		t.Fatalf("%d sections, want 4", len(secs))
 	}
-	if c := secs[3][blockKey{0x401000, 5}]; c[0] != 300 || c[1] != 4 {
+	if c := secs[3][blockKey{0x401000, 5, 0}]; c[0] != 300 || c[1] != 4 {
 		t.Errorf("section 3, block 401000: %v", c)
 	}
 	runs, err := parseSections("prog test 100\nprog test 300\n", secs)
@@ -55,8 +55,8 @@ func TestParse(t *testing.T) {
 		t.Fatalf("labels %q", labels)
 	}
 	s := diffs[0].split(0, 8)
-	if s.kernel != 20 || s.work != 5 || s.poll != 150 {
-		t.Errorf("split %+v, want kernel 20, work 5, poll 150", s)
+	if s.kernel != 20 || s.work != 5 || s.poll != 150 || s.kernelAtomics != 2 || s.workAtomics != 0 {
+		t.Errorf("split %+v, want kernel 20 (2 atomics), work 5, poll 150", s)
 	}
 	if s1 := diffs[0].split(1, 8); s1.work != 5*4.0/200 {
 		t.Errorf("vCPU 1 work %v", s1.work)
@@ -65,11 +65,13 @@ func TestParse(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	for _, c := range []string{
-		"401000 5 1\n",                   // counts before any mark
-		"mark 0 vcpu 0\n401000 x 1\n",    // bad length
-		"mark 0 vcpu 0\nzz 5 1\n",        // bad address
-		"mark 0 vcpu 0\n401000 5\n",      // no count
-		"mark 0 vcpu 0\n401000 5 1 -3\n", // bad count
+		"401000 5 0 1\n",                   // counts before any mark
+		"mark 0 vcpu 0\n401000 x 0 1\n",    // bad length
+		"mark 0 vcpu 0\nzz 5 0 1\n",        // bad address
+		"mark 0 vcpu 0\n401000 5 y 1\n",    // bad atomics
+		"mark 0 vcpu 0\n401000 5 6 1\n",    // more atomics than instructions
+		"mark 0 vcpu 0\n401000 5 0\n",      // no count
+		"mark 0 vcpu 0\n401000 5 0 1 -3\n", // bad count
 	} {
 		if _, err := parseCounts(strings.NewReader(c)); err == nil {
 			t.Errorf("%q: no error", c)
@@ -102,7 +104,7 @@ func TestRun(t *testing.T) {
 	if err := run([]string{"-counts", counts, "-sections", sections}, &out); err != nil {
 		t.Fatal(err)
 	}
-	want := "prog test                    | vCPU0      20 +      5 [    150] | vCPU1       0 +      0 [      0] | work, all vCPUs      25"
+	want := "prog test                    | vCPU0      20 +      5 [    150] | vCPU1       0 +      0 [      0] | work, all vCPUs      25 | atomics    2 +   0"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("output:\n%s\nwant a line\n%s", out.String(), want)
 	}

@@ -11,20 +11,21 @@ import (
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
-// loopProgram is a static program whose only loop is two instructions run
-// K times: the plugin must count exactly that.
+// loopProgram is a static program whose only loop is three instructions,
+// one an atomic read-modify-write, run K times: the plugin must count
+// exactly that.
 const loopProgram = `void _start(void)
 {
-	__asm__ volatile("mov %0, %%rcx\n1:\tdec %%rcx\n\tjnz 1b\n\tmov $60, %%eax\n\txor %%edi, %%edi\n\tsyscall"
-			 :: "i"(K) : "rcx");
+	__asm__ volatile("mov %0, %%rcx\n1:\tlock incl (%%rsp)\n\tdec %%rcx\n\tjnz 1b\n\tmov $60, %%eax\n\txor %%edi, %%edi\n\tsyscall"
+			 :: "i"(K) : "rcx", "memory");
 	__builtin_unreachable();
 }
 `
 
 // TestPluginInVM builds the plugin and the marker program, boots an rxevm
-// guest with them (no RDMA needed), and counts a two-instruction loop run
-// 1000 and then 11 000 times: per iteration, exactly 2 instructions of
-// work, and next to nothing in the kernel. It boots a VM, about 10 s.
+// guest with them (no RDMA needed), and counts a three-instruction loop
+// run 1000 and then 11 000 times: per iteration, exactly 3 instructions of
+// work, 1 of them atomic, and next to nothing in the kernel. It boots a VM, about 10 s.
 func TestPluginInVM(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil || !haveKernel() {
 		if os.Getenv("RIVET_REQUIRE_VM") == "1" {
@@ -80,19 +81,23 @@ func TestPluginInVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var work, kernel float64
+	var work, kernel, atomics float64
 	for v := 0; v < 2; v++ {
 		s := diffs[0].split(v, 8)
 		work += s.work + s.poll
 		kernel += s.kernel
+		atomics += s.workAtomics
 	}
 	// The loop is one block of two instructions; everything else a run
 	// does (exec, start, exit) is the same in both and cancels, but for
 	// the kernel's background while the runs last (a timer tick is a few
 	// thousand instructions, over 10 000 iterations).
-	t.Logf("per iteration: %.4f user, %.1f kernel instructions", work, kernel)
-	if math.Abs(work-2) > 0.01 {
-		t.Errorf("user instructions per iteration %.4f, want 2", work)
+	t.Logf("per iteration: %.4f user (%.4f atomic), %.1f kernel instructions", work, atomics, kernel)
+	if math.Abs(work-3) > 0.01 {
+		t.Errorf("user instructions per iteration %.4f, want 3", work)
+	}
+	if math.Abs(atomics-1) > 0.01 {
+		t.Errorf("atomic instructions per iteration %.4f, want 1", atomics)
 	}
 	if math.Abs(kernel) > 100 {
 		t.Errorf("kernel instructions per iteration %.1f, want about 0", kernel)

@@ -10,10 +10,13 @@
 // Each marker run appends a section to out:
 //
 //	mark N
-//	<pc hex> <insns per execution> <executions on vCPU 0> <on vCPU 1> ...
+//	<pc hex> <insns> <atomics> <executions on vCPU 0> <on vCPU 1> ...
 //
 // with a line for every block executed since the previous mark, and then
-// resets the counts. The plugin API is QEMU's public one (version 1, as in
+// resets the counts. <insns> is the block's length in instructions and
+// <atomics> how many of them are atomic read-modify-writes (a lock
+// prefix, or xchg with memory): under multi-threaded TCG each of those
+// is a call into QEMU, not an inline instruction. The plugin API is QEMU's public one (version 1, as in
 // QEMU 7.2); its few declarations are written out here because Debian does
 // not ship qemu-plugin.h.
 
@@ -29,6 +32,7 @@
 typedef uint64_t qemu_plugin_id_t;
 typedef struct qemu_info_t qemu_info_t;
 struct qemu_plugin_tb;
+struct qemu_plugin_insn;
 
 enum qemu_plugin_cb_flags {
 	QEMU_PLUGIN_CB_NO_REGS,
@@ -43,6 +47,8 @@ void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu
 void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb, qemu_plugin_vcpu_udata_cb_t cb,
                                           enum qemu_plugin_cb_flags flags, void *userdata);
 size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
+char *qemu_plugin_insn_disas(const struct qemu_plugin_insn *insn);
 uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *tb);
 
 #define EXPORT __attribute__((visibility("default")))
@@ -58,7 +64,8 @@ EXPORT int qemu_plugin_version = 1;
 // A block: counts are per vCPU, so two vCPUs never race on one counter.
 struct block {
 	uint64_t pc;
-	uint64_t n; // instructions in the block
+	uint64_t n;       // instructions in the block
+	uint64_t atomics; // atomic read-modify-writes among them
 	uint64_t count[MAX_VCPUS];
 	struct block *next; // hash chain
 	struct block *all;  // every block, for the dump
@@ -89,7 +96,7 @@ static void exec_mark(unsigned int vcpu, void *udata)
 			any |= b->count[i] != 0;
 		if (!any)
 			continue;
-		fprintf(out, "%" PRIx64 " %" PRIu64, b->pc, b->n);
+		fprintf(out, "%" PRIx64 " %" PRIu64 " %" PRIu64, b->pc, b->n, b->atomics);
 		for (int i = 0; i < MAX_VCPUS; i++)
 			fprintf(out, " %" PRIu64, b->count[i]);
 		fputc('\n', out);
@@ -108,6 +115,13 @@ static void translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, exec_mark, QEMU_PLUGIN_CB_NO_REGS, NULL);
 		return;
 	}
+	uint64_t atomics = 0;
+	for (size_t i = 0; i < n; i++) {
+		char *d = qemu_plugin_insn_disas(qemu_plugin_tb_get_insn(tb, i));
+		if (d && (strncmp(d, "lock ", 5) == 0 || (strncmp(d, "xchg", 4) == 0 && (strchr(d, '(') || strchr(d, '[')))))
+			atomics++;
+		free(d);
+	}
 	// The same address may be translated again (another process, a
 	// flushed cache); blocks with the same start and length share counts.
 	uint64_t h = (pc ^ (pc >> 20) ^ (n << 7)) & (NBUCKETS - 1);
@@ -121,6 +135,7 @@ static void translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 			abort();
 		b->pc = pc;
 		b->n = n;
+		b->atomics = atomics;
 		b->next = buckets[h];
 		buckets[h] = b;
 		b->all = blocks;
