@@ -30,12 +30,7 @@ const loopProgram = `void _start(void)
 // run 1000 and then 11 000 times: per iteration, exactly 3 instructions of
 // work, 1 of them atomic, and next to nothing in the kernel. It boots a VM, about 10 s.
 func TestPluginInVM(t *testing.T) {
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil || !haveKernel() {
-		if os.Getenv("RIVET_REQUIRE_VM") == "1" {
-			t.Fatal("qemu-system-x86_64 or /boot/vmlinuz-* missing, and RIVET_REQUIRE_VM=1 forbids skipping")
-		}
-		t.Skip("needs qemu-system-x86 and linux-image-amd64")
-	}
+	testutil.RequireVM(t)
 	gcc := testutil.LookTool(t, "gcc", "gcc")
 	dir := t.TempDir() // under /tmp, which the guest sees
 	for _, b := range [][]string{
@@ -114,9 +109,4 @@ func TestPluginInVM(t *testing.T) {
 	if math.Abs(kernel) > 1000 {
 		t.Errorf("kernel instructions per iteration %.1f, want about 0", kernel)
 	}
-}
-
-func haveKernel() bool {
-	k, _ := filepath.Glob("/boot/vmlinuz-*")
-	return len(k) > 0
 }

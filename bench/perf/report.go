@@ -52,7 +52,7 @@ func printHeader(w io.Writer, cfg Config, e *env) {
 }
 
 func printRow(w io.Writer, cfg Config, r Result) {
-	if cfg.Histogram && !cfg.isBW() {
+	if cfg.Histogram { // latency tests only: defaults rejects it for bandwidth
 		printSamples(w, r.Samples, !cfg.Unsorted)
 		fmt.Fprintln(w, rule)
 		fmt.Fprintln(w, latencyColumns)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 // These tests build rxevm and boot real VMs (about 6 s each under TCG).
@@ -37,19 +39,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func requireVM(t *testing.T) {
-	t.Helper()
-	_, qerr := exec.LookPath("qemu-system-x86_64")
-	kernels, _ := filepath.Glob("/boot/vmlinuz-*")
-	if qerr == nil && len(kernels) > 0 {
-		return
-	}
-	if os.Getenv("RIVET_REQUIRE_VM") == "1" {
-		t.Fatal("qemu-system-x86_64 or /boot/vmlinuz-* missing, and RIVET_REQUIRE_VM=1 forbids skipping")
-	}
-	t.Skip("needs qemu-system-x86 and linux-image-amd64")
-}
-
 type result struct {
 	stdout, stderr string
 	status         int
@@ -72,7 +61,7 @@ func runVM(t *testing.T, dir string, args ...string) result {
 }
 
 func TestExitStatus(t *testing.T) {
-	requireVM(t)
+	testutil.RequireVM(t)
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -97,7 +86,7 @@ func TestExitStatus(t *testing.T) {
 }
 
 func TestTimeout(t *testing.T) {
-	requireVM(t)
+	testutil.RequireVM(t)
 	start := time.Now()
 	r := runVM(t, "", "-q", "-timeout", "20s", "sleep", "600")
 	if r.status != exitTimeout || !strings.Contains(r.stderr, "timed out after 20s") {
@@ -113,7 +102,7 @@ func TestTimeout(t *testing.T) {
 // second is far less than a TCG boot takes (3.7–6.8 s measured), so both
 // boots miss it.
 func TestStartTimeout(t *testing.T) {
-	requireVM(t)
+	testutil.RequireVM(t)
 	start := time.Now()
 	r := runVM(t, "", "-q", "-start-timeout", "1s", "echo", "ran")
 	if r.status != exitRunner || strings.Count(r.stderr, "did not start the command within 1s") != 2 ||
@@ -128,7 +117,7 @@ func TestStartTimeout(t *testing.T) {
 // TestStreaming checks that output arrives while the command runs, and that
 // stdout and stderr stay separate.
 func TestStreaming(t *testing.T) {
-	requireVM(t)
+	testutil.RequireVM(t)
 	cmd := exec.Command(rxevm, "-q", "sh", "-c", "echo first; echo to-stderr >&2; sleep 4; echo second")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
@@ -162,7 +151,7 @@ func TestStreaming(t *testing.T) {
 // TestWorkingDirUnderTmp: the guest sees the host's working directory under
 // /tmp and the environment, may write there, and leaves nothing behind.
 func TestWorkingDirUnderTmp(t *testing.T) {
-	requireVM(t)
+	testutil.RequireVM(t)
 	dir := t.TempDir()
 	if !strings.HasPrefix(dir, "/tmp/") {
 		t.Skipf("TMPDIR is not /tmp (%s)", dir)
@@ -188,7 +177,7 @@ func TestWorkingDirUnderTmp(t *testing.T) {
 }
 
 func TestTopologies(t *testing.T) {
-	requireVM(t)
+	testutil.RequireVM(t)
 	for _, tc := range []struct{ topo, devices, banner string }{
 		{"none", "", "loopback only"},
 		{"rxe", "rxe0", "rxe0 on va (192.0.2.1, GID index 1 ::ffff:192.0.2.1)"},
@@ -221,7 +210,7 @@ func TestTopologies(t *testing.T) {
 // TestKernelPanic: a VM that dies without a status is reported as such, with
 // the end of the kernel console.
 func TestKernelPanic(t *testing.T) {
-	requireVM(t)
+	testutil.RequireVM(t)
 	r := runVM(t, "", "-q", "sh", "-c", "echo c > /proc/sysrq-trigger; sleep 60")
 	if r.status != exitRunner || !strings.Contains(r.stderr, "VM stopped without an exit status") ||
 		!strings.Contains(r.stderr, "Kernel panic - not syncing: sysrq triggered crash") {
@@ -232,7 +221,7 @@ func TestKernelPanic(t *testing.T) {
 // TestKillRunnerKillsQEMU: SIGKILL gives the runner no chance to clean up;
 // qemu must still die with it.
 func TestKillRunnerKillsQEMU(t *testing.T) {
-	requireVM(t)
+	testutil.RequireVM(t)
 	cmd := exec.Command(rxevm, "sh", "-c", "echo up; sleep 600")
 	pipe, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -296,7 +285,7 @@ func TestBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "unwritable-cache" {
-				requireVM(t) // needs a kernel to get as far as the cache
+				testutil.RequireVM(t) // needs a kernel to get as far as the cache
 			}
 			r := runVM(t, "", tc.args...)
 			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")

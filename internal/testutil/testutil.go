@@ -1,11 +1,13 @@
 // Package testutil holds helpers shared by Rivet's tests: gating tests that
-// need soft-RoCE, and checking that a test leaks no file descriptors.
+// need soft-RoCE, a VM or an external tool, and checking that a test leaks
+// no file descriptors.
 package testutil
 
 import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -36,6 +38,26 @@ func RequireRoot(t testing.TB) {
 	if os.Geteuid() != 0 {
 		Unavailable(t, "needs root (CAP_NET_ADMIN)")
 	}
+}
+
+// VMEnv is set (to 1) by the test script for the host tests: a test that
+// boots a VM then fails, rather than skips, without qemu or a kernel.
+const VMEnv = "RIVET_REQUIRE_VM"
+
+// RequireVM skips a host test that boots an rxevm guest when
+// qemu-system-x86_64 or a /boot/vmlinuz-* kernel is missing, or fails it
+// under RIVET_REQUIRE_VM=1.
+func RequireVM(t testing.TB) {
+	t.Helper()
+	_, qerr := exec.LookPath("qemu-system-x86_64")
+	kernels, _ := filepath.Glob("/boot/vmlinuz-*")
+	if qerr == nil && len(kernels) > 0 {
+		return
+	}
+	if os.Getenv(VMEnv) == "1" {
+		t.Fatalf("qemu-system-x86_64 or /boot/vmlinuz-* missing, and %s=1 forbids skipping", VMEnv)
+	}
+	t.Skip("needs qemu-system-x86 and linux-image-amd64")
 }
 
 // InVM reports whether the test runs inside an rxevm guest.
