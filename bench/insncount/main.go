@@ -53,12 +53,29 @@ const kernelBase = 0xffff800000000000
 // maxVCPUs is how many per-vCPU columns the plugin writes.
 const maxVCPUs = 8
 
-// blockKey names a block: its address, length and how many of its
-// instructions are atomic read-modify-writes.
-type blockKey struct{ pc, n, atomics uint64 }
+// blockKey names a block: its address, length, how many of its
+// instructions are atomic read-modify-writes, and how it ends (the
+// plugin's exit_kind).
+type blockKey struct {
+	pc, n, atomics uint64
+	exit           byte
+}
 
-// section is one marked run: executions per block, per vCPU.
-type section map[blockKey][maxVCPUs]uint64
+// exitKinds are the plugin's exit codes (exit_kind in
+// bench/qemu/insncount.c): a return, an indirect branch, a system
+// instruction, a direct call, jump or conditional branch, or none; upper
+// case where a target is on another page.
+const exitKinds = "rischCjJbBoO"
+
+// A block's counts: executions on vCPU v at [v], and at [maxVCPUs+v] how
+// many of them ended in a lookup — TCG could not chain the block to the
+// one that followed, and called into QEMU to find it. Under TCG a lookup
+// costs about as much as a dozen plain instructions (docs/performance.md);
+// every return is one, and so is every call or jump to another page.
+type counts[T uint64 | float64] [2 * maxVCPUs]T
+
+// section is one marked run: the counts of every block.
+type section map[blockKey]counts[uint64]
 
 type run1 struct {
 	label string
@@ -66,9 +83,9 @@ type run1 struct {
 	sec   section
 }
 
-// perIter is the difference of two runs, per iteration: executions per
-// block and vCPU.
-type perIter map[blockKey][maxVCPUs]float64
+// perIter is the difference of two runs, per iteration: each block's
+// counts.
+type perIter map[blockKey]counts[float64]
 
 // split is one vCPU's instructions per iteration.
 type split struct {
@@ -76,9 +93,24 @@ type split struct {
 	// Atomic read-modify-writes, which multi-threaded TCG runs as calls
 	// into QEMU: in the kernel's blocks and in the work's.
 	kernelAtomics, workAtomics float64
+	// Blocks executed, and those of them whose successor TCG looks up.
+	kernelBlocks, workBlocks   float64
+	kernelLookups, workLookups float64
 }
 
 func (s split) total() float64 { return s.kernel + s.work }
+
+func (s *split) add(t split) {
+	s.kernel += t.kernel
+	s.work += t.work
+	s.poll += t.poll
+	s.kernelAtomics += t.kernelAtomics
+	s.workAtomics += t.workAtomics
+	s.kernelBlocks += t.kernelBlocks
+	s.workBlocks += t.workBlocks
+	s.kernelLookups += t.kernelLookups
+	s.workLookups += t.workLookups
+}
 
 func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("insncount", flag.ContinueOnError)
@@ -115,22 +147,21 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "guest instructions per iteration (per vCPU: %s; atomic read-modify-writes: kernel + work)\n", strings.Repeat("kernel + work [polling] | ", *vcpus))
+	fmt.Fprintf(out, "guest instructions per iteration (per vCPU: %s; all vCPUs, kernel + work: blocks, lookups, atomic read-modify-writes)\n", strings.Repeat("kernel + work [polling] | ", *vcpus))
 	for i, l := range labels {
 		d := diffs[i]
 		fmt.Fprintf(out, "%-28s", l)
-		var sum, ka, wa float64
+		var all split
 		for v := 0; v < *vcpus; v++ {
 			s := d.split(v, *pollMin)
-			sum += s.total()
-			ka += s.kernelAtomics
-			wa += s.workAtomics
+			all.add(s)
 			fmt.Fprintf(out, " | vCPU%d %7.0f + %6.0f [%7.0f]", v, s.kernel, s.work, s.poll)
 		}
-		fmt.Fprintf(out, " | work, all vCPUs %7.0f | atomics %4.0f + %3.0f\n", sum, ka, wa)
+		fmt.Fprintf(out, " | work, all vCPUs %7.0f | blocks %5.0f + %4.0f | lookups %5.0f + %4.0f | atomics %4.0f + %3.0f\n",
+			all.total(), all.kernelBlocks, all.workBlocks, all.kernelLookups, all.workLookups, all.kernelAtomics, all.workAtomics)
 		if syms != nil && *top > 0 && strings.HasPrefix(l, syms.name+" ") {
 			for _, f := range d.byFunc(syms, *pollMin, *vcpus, *top) {
-				fmt.Fprintf(out, "    %7.0f  %s\n", f.n, f.name)
+				fmt.Fprintf(out, "    %7.0f %5.1f %4.1f  %s\n", f.n, f.lookups, f.atomic, f.name)
 			}
 		}
 	}
@@ -166,8 +197,8 @@ func parseCounts(r io.Reader) ([]section, error) {
 			return nil, fmt.Errorf("counts line %d: counts before the first mark", line)
 		}
 		f := strings.Fields(t)
-		if len(f) < 4 {
-			return nil, fmt.Errorf("counts line %d: %q", line, t)
+		if len(f) != 4+2*maxVCPUs {
+			return nil, fmt.Errorf("counts line %d: %d fields, want %d: %q", line, len(f), 4+2*maxVCPUs, t)
 		}
 		pc, err1 := strconv.ParseUint(f[0], 16, 64)
 		n, err2 := strconv.ParseUint(f[1], 10, 64)
@@ -178,16 +209,23 @@ func parseCounts(r io.Reader) ([]section, error) {
 		if a > n {
 			return nil, fmt.Errorf("counts line %d: %d atomics in a block of %d instructions", line, a, n)
 		}
-		var c [maxVCPUs]uint64
-		for i, s := range f[3:] {
-			if i >= maxVCPUs {
-				break
-			}
+		if len(f[3]) != 1 || !strings.Contains(exitKinds, f[3]) {
+			return nil, fmt.Errorf("counts line %d: exit kind %q", line, f[3])
+		}
+		var c counts[uint64]
+		for i, s := range f[4:] {
 			if c[i], err1 = strconv.ParseUint(s, 10, 64); err1 != nil {
 				return nil, fmt.Errorf("counts line %d: %w", line, err1)
 			}
 		}
-		cur[blockKey{pc, n, a}] = c
+		// A lookup is counted when the next block starts, which may be
+		// just after a mark reset the block's executions: one more.
+		for v := 0; v < maxVCPUs; v++ {
+			if c[maxVCPUs+v] > c[v]+1 {
+				return nil, fmt.Errorf("counts line %d: %d lookups after %d executions", line, c[maxVCPUs+v], c[v])
+			}
+		}
+		cur[blockKey{pc, n, a, f[3][0]}] = c
 	}
 	return secs, sc.Err()
 }
@@ -250,7 +288,7 @@ func diff(a, b section, n float64) perIter {
 	d := perIter{}
 	for k, cb := range b {
 		ca := a[k]
-		var x [maxVCPUs]float64
+		var x counts[float64]
 		for v := range x {
 			x[v] = (float64(cb[v]) - float64(ca[v])) / n
 		}
@@ -258,7 +296,7 @@ func diff(a, b section, n float64) perIter {
 	}
 	for k, ca := range a {
 		if _, ok := b[k]; !ok {
-			var x [maxVCPUs]float64
+			var x counts[float64]
 			for v := range x {
 				x[v] = -float64(ca[v]) / n
 			}
@@ -272,16 +310,20 @@ func diff(a, b section, n float64) perIter {
 func (d perIter) split(v int, pollMin float64) split {
 	var s split
 	for k, c := range d {
-		ins, atom := c[v]*float64(k.n), c[v]*float64(k.atomics)
+		ins, atom, look := c[v]*float64(k.n), c[v]*float64(k.atomics), c[maxVCPUs+v]
 		switch {
 		case k.pc >= kernelBase:
 			s.kernel += ins
 			s.kernelAtomics += atom
+			s.kernelBlocks += c[v]
+			s.kernelLookups += look
 		case polling(c, pollMin):
 			s.poll += ins
 		default:
 			s.work += ins
 			s.workAtomics += atom
+			s.workBlocks += c[v]
+			s.workLookups += look
 		}
 	}
 	return s
@@ -292,8 +334,8 @@ func (d perIter) split(v int, pollMin float64) split {
 // ping-pong run the same code, but one may wait longer than the other.
 // A block run far less in the longer run counts too: a wait before the
 // loop (for the peer to start) that varies from run to run.
-func polling(c [maxVCPUs]float64, pollMin float64) bool {
-	for _, x := range c {
+func polling(c counts[float64], pollMin float64) bool {
+	for _, x := range c[:maxVCPUs] {
 		if math.Abs(x) > pollMin {
 			return true
 		}
@@ -302,14 +344,15 @@ func polling(c [maxVCPUs]float64, pollMin float64) bool {
 }
 
 type funcWork struct {
-	name string
-	n    float64
+	name            string
+	n               float64 // instructions
+	lookups, atomic float64
 }
 
 // byFunc lists the functions of syms with the most user work per
 // iteration, summed over vCPUs.
 func (d perIter) byFunc(syms *symtab, pollMin float64, vcpus, top int) []funcWork {
-	m := map[string]float64{}
+	m := map[string]*funcWork{}
 	for k, c := range d {
 		if k.pc >= kernelBase {
 			continue
@@ -317,13 +360,21 @@ func (d perIter) byFunc(syms *symtab, pollMin float64, vcpus, top int) []funcWor
 		if polling(c, pollMin) {
 			continue
 		}
+		name := syms.lookup(k.pc)
+		f := m[name]
+		if f == nil {
+			f = &funcWork{name: name}
+			m[name] = f
+		}
 		for v := 0; v < vcpus; v++ {
-			m[syms.lookup(k.pc)] += c[v] * float64(k.n)
+			f.n += c[v] * float64(k.n)
+			f.atomic += c[v] * float64(k.atomics)
+			f.lookups += c[maxVCPUs+v]
 		}
 	}
 	var fs []funcWork
-	for name, n := range m {
-		fs = append(fs, funcWork{name, n})
+	for _, f := range m {
+		fs = append(fs, *f)
 	}
 	sort.Slice(fs, func(i, j int) bool {
 		if fs[i].n != fs[j].n {

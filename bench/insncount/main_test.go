@@ -10,23 +10,24 @@ import (
 )
 
 // Two runs of one program, 100 and 300 iterations: a kernel block of 10
-// instructions (one of them atomic) run twice per iteration, a user work block of 5 run once,
-// a polling block of 3 run 50 times, and start-up (a block run once per
+// instructions (one of them atomic, ending in a chained branch) run twice
+// per iteration, a user work block of 5 (ending in a return) run once, a
+// polling block of 3 run 50 times, and start-up (a block run once per
 // run) that must cancel.
 const testCounts = `mark 0 vcpu 0
-ffffffff81000000 10 1 999 0 0 0 0 0 0 0
+ffffffff81000000 10 1 b 999 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
 mark 1 vcpu 0
-ffffffff81000000 10 1 200 0 0 0 0 0 0 0
-401000 5 0 100 0 0 0 0 0 0 0
-402000 3 0 5000 0 0 0 0 0 0 0
-403000 7 0 1 0 0 0 0 0 0 0
+ffffffff81000000 10 1 b 200 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+401000 5 0 r 100 0 0 0 0 0 0 0 100 0 0 0 0 0 0 0
+402000 3 0 b 5000 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+403000 7 0 J 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0
 mark 2 vcpu 1
-401000 5 0 77 0 0 0 0 0 0 0
+401000 5 0 r 77 0 0 0 0 0 0 0 77 0 0 0 0 0 0 0
 mark 3 vcpu 0
-ffffffff81000000 10 1 600 0 0 0 0 0 0 0
-401000 5 0 300 4 0 0 0 0 0 0
-402000 3 0 15000 0 0 0 0 0 0 0
-403000 7 0 1 0 0 0 0 0 0 0
+ffffffff81000000 10 1 b 600 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+401000 5 0 r 300 4 0 0 0 0 0 0 300 4 0 0 0 0 0 0
+402000 3 0 b 15000 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+403000 7 0 J 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0
 `
 
 func TestParse(t *testing.T) {
@@ -37,7 +38,7 @@ func TestParse(t *testing.T) {
 	if len(secs) != 4 {
 		t.Fatalf("%d sections, want 4", len(secs))
 	}
-	if c := secs[3][blockKey{0x401000, 5, 0}]; c[0] != 300 || c[1] != 4 {
+	if c := secs[3][blockKey{0x401000, 5, 0, 'r'}]; c[0] != 300 || c[1] != 4 {
 		t.Errorf("section 3, block 401000: %v", c)
 	}
 	runs, err := parseSections("prog test 100\nprog test 300\n", secs)
@@ -58,6 +59,9 @@ func TestParse(t *testing.T) {
 	if s.kernel != 20 || s.work != 5 || s.poll != 150 || s.kernelAtomics != 2 || s.workAtomics != 0 {
 		t.Errorf("split %+v, want kernel 20 (2 atomics), work 5, poll 150", s)
 	}
+	if s.kernelBlocks != 2 || s.workBlocks != 1 || s.kernelLookups != 0 || s.workLookups != 1 {
+		t.Errorf("split %+v, want kernel 2 blocks (none looked up), work 1 (looked up)", s)
+	}
 	if s1 := diffs[0].split(1, 8); s1.work != 5*4.0/200 {
 		t.Errorf("vCPU 1 work %v", s1.work)
 	}
@@ -65,13 +69,17 @@ func TestParse(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	for _, c := range []string{
-		"401000 5 0 1\n",                   // counts before any mark
-		"mark 0 vcpu 0\n401000 x 0 1\n",    // bad length
-		"mark 0 vcpu 0\nzz 5 0 1\n",        // bad address
-		"mark 0 vcpu 0\n401000 5 y 1\n",    // bad atomics
-		"mark 0 vcpu 0\n401000 5 6 1\n",    // more atomics than instructions
-		"mark 0 vcpu 0\n401000 5 0\n",      // no count
-		"mark 0 vcpu 0\n401000 5 0 1 -3\n", // bad count
+		"401000 5 0 r 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0\n",                 // counts before any mark
+		"mark 0 vcpu 0\n401000 x 0 r 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0\n",  // bad length
+		"mark 0 vcpu 0\nzz 5 0 r 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0\n",      // bad address
+		"mark 0 vcpu 0\n401000 5 y r 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0\n",  // bad atomics
+		"mark 0 vcpu 0\n401000 5 6 r 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0\n",  // more atomics than instructions
+		"mark 0 vcpu 0\n401000 5 0 r 1 0 0 0 0 0 0 0\n",                  // no lookups
+		"mark 0 vcpu 0\n401000 5 0 r 1 -3 0 0 0 0 0 0 1 0 0 0 0 0 0 0\n", // bad count
+		"mark 0 vcpu 0\n401000 5 0 1 0 0 0 0 0 0 0\n",                    // no exit kind or lookups (the old format)
+		"mark 0 vcpu 0\n401000 5 0 x 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0\n",  // unknown exit kind
+		"mark 0 vcpu 0\n401000 5 0 rr 1 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0\n", // likewise
+		"mark 0 vcpu 0\n401000 5 0 r 1 0 0 0 0 0 0 0 3 0 0 0 0 0 0 0\n",  // more lookups than executions (one more is allowed)
 	} {
 		if _, err := parseCounts(strings.NewReader(c)); err == nil {
 			t.Errorf("%q: no error", c)
@@ -104,7 +112,7 @@ func TestRun(t *testing.T) {
 	if err := run([]string{"-counts", counts, "-sections", sections}, &out); err != nil {
 		t.Fatal(err)
 	}
-	want := "prog test                    | vCPU0      20 +      5 [    150] | vCPU1       0 +      0 [      0] | work, all vCPUs      25 | atomics    2 +   0"
+	want := "prog test                    | vCPU0      20 +      5 [    150] | vCPU1       0 +      0 [      0] | work, all vCPUs      25 | blocks     2 +    1 | lookups     0 +    1 | atomics    2 +   0"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("output:\n%s\nwant a line\n%s", out.String(), want)
 	}
@@ -125,7 +133,7 @@ func TestRun(t *testing.T) {
 	}
 	// Labels that start with the binary's name list its functions' work:
 	// here 401000, the start of Go's text, with 5 instructions per
-	// iteration.
+	// iteration, 1 block looked up and no atomics.
 	if err := os.WriteFile(sections, []byte("insncount test 100\ninsncount test 300\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +141,7 @@ func TestRun(t *testing.T) {
 	if err := run([]string{"-counts", counts, "-sections", sections, "-bin", exe, "-top", "3"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	if want := "\n          5  " + syms.lookup(0x401000) + "\n"; !strings.Contains(out.String(), want) {
+	if want := "\n          5   1.0  0.0  " + syms.lookup(0x401000) + "\n"; !strings.Contains(out.String(), want) {
 		t.Errorf("output:\n%s\nwant a line %q", out.String(), want)
 	}
 	for _, args := range [][]string{

@@ -11,15 +11,19 @@ import (
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
-// loopProgram is a static program whose only loop is three instructions,
-// one an atomic read-modify-write, run K times: the plugin must count
-// exactly that.
 // loopText is where the loop program's code is linked.
 const loopText = 0x20000000
 
+// loopProgram is a static program whose only loop, run K times, is five
+// instructions in three blocks: a call (chained to its target), a return
+// (whose successor TCG looks up), and an atomic read-modify-write with the
+// loop's branch (chained). The plugin must count exactly that.
 const loopProgram = `void _start(void)
 {
-	__asm__ volatile("mov %0, %%rcx\n1:\tlock incl (%%rsp)\n\tdec %%rcx\n\tjnz 1b\n\tmov $60, %%eax\n\txor %%edi, %%edi\n\tsyscall"
+	__asm__ volatile("mov %0, %%rcx\n"
+			 "1:\tcall 2f\n\tlock incl (%%rsp)\n\tdec %%rcx\n\tjnz 1b\n"
+			 "\tmov $60, %%eax\n\txor %%edi, %%edi\n\tsyscall\n"
+			 "2:\tret"
 			 :: "i"(K) : "rcx", "memory");
 	__builtin_unreachable();
 }
@@ -27,8 +31,9 @@ const loopProgram = `void _start(void)
 
 // TestPluginInVM builds the plugin and the marker program, boots an rxevm
 // guest with them (no RDMA needed), and counts a three-instruction loop
-// run 1000 and then 11 000 times: per iteration, exactly 3 instructions of
-// work, 1 of them atomic, and next to nothing in the kernel. It boots a VM, about 10 s.
+// run 1000 and then 11 000 times: per iteration, exactly 5 instructions of
+// work in 3 blocks, 1 of them atomic and 1 block looked up, and next to
+// nothing in the kernel. It boots a VM, about 10 s.
 func TestPluginInVM(t *testing.T) {
 	testutil.RequireVM(t)
 	gcc := testutil.LookTool(t, "gcc", "gcc")
@@ -82,26 +87,32 @@ func TestPluginInVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var work, kernel, atomics float64
+	var work, kernel, atomics, blocks, lookups float64
 	for k, c := range diffs[0] {
 		for v := 0; v < 2; v++ {
 			switch {
 			case k.pc >= loopText && k.pc < loopText+0x1000:
 				work += c[v] * float64(k.n)
 				atomics += c[v] * float64(k.atomics)
+				blocks += c[v]
+				lookups += c[maxVCPUs+v]
 			case k.pc >= kernelBase:
 				kernel += c[v] * float64(k.n)
 			}
 		}
 	}
-	// The loop is one block of three instructions; the rest of the
-	// program (start, exit) is the same in both runs and cancels. The
+	// The loop is three blocks; the rest of the program (start, exit) is
+	// the same in both runs and cancels. The
 	// kernel's count is what differs between the runs' windows: exec and
 	// exit cancel, background (a timer tick, the guest agent) does not,
 	// and over 10 000 iterations a stray burst still reads as little.
-	t.Logf("per iteration: %.4f user (%.4f atomic), %.1f kernel instructions", work, atomics, kernel)
-	if math.Abs(work-3) > 0.01 {
-		t.Errorf("user instructions per iteration %.4f, want 3", work)
+	t.Logf("per iteration: %.4f user instructions (%.4f atomic) in %.4f blocks (%.4f looked up), %.1f kernel instructions",
+		work, atomics, blocks, lookups, kernel)
+	if math.Abs(work-5) > 0.01 {
+		t.Errorf("user instructions per iteration %.4f, want 5", work)
+	}
+	if math.Abs(blocks-3) > 0.01 || math.Abs(lookups-1) > 0.01 {
+		t.Errorf("user blocks per iteration %.4f (%.4f looked up), want 3 (1: the return)", blocks, lookups)
 	}
 	if math.Abs(atomics-1) > 0.01 {
 		t.Errorf("atomic instructions per iteration %.4f, want 1", atomics)

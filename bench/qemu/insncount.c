@@ -10,15 +10,19 @@
 // Each marker run appends a section to out:
 //
 //	mark N
-//	<pc hex> <insns> <atomics> <executions on vCPU 0> <on vCPU 1> ...
+//	<pc hex> <insns> <atomics> <exit> <executions on vCPU 0> ... <on vCPU 7> <lookups on vCPU 0> ... <on vCPU 7>
 //
 // with a line for every block executed since the previous mark, and then
 // resets the counts. <insns> is the block's length in instructions and
 // <atomics> how many of them are atomic read-modify-writes (a lock
 // prefix, or xchg with memory): under multi-threaded TCG each of those
-// is a call into QEMU, not an inline instruction. The plugin API is QEMU's public one (version 1, as in
-// QEMU 7.2); its few declarations are written out here because Debian does
-// not ship qemu-plugin.h.
+// is a call into QEMU, not an inline instruction. <exit> is how the
+// block ends (see exit_kind), and the lookups are how many of its
+// executions were followed by a block that TCG could not chain it to, so
+// that it looked the block up: a call into QEMU too. The
+// plugin API is QEMU's public one (version 1, as in QEMU 7.2); its few
+// declarations are written out here because Debian does not ship
+// qemu-plugin.h.
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -50,6 +54,8 @@ size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
 struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
 char *qemu_plugin_insn_disas(const struct qemu_plugin_insn *insn);
 uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *tb);
+uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
+size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -66,7 +72,9 @@ struct block {
 	uint64_t pc;
 	uint64_t n;       // instructions in the block
 	uint64_t atomics; // atomic read-modify-writes among them
+	char exit;        // how it ends: exit_kind
 	uint64_t count[MAX_VCPUS];
+	uint64_t lookups[MAX_VCPUS]; // executions that ended in a lookup
 	struct block *next; // hash chain
 	struct block *all;  // every block, for the dump
 };
@@ -79,10 +87,37 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *out;
 static int marks;
 
+#define PAGE_MASK (~(uint64_t)0xfff)
+
+// last is each vCPU's previous block, so that each transition can be
+// told chained or looked up; only its vCPU's thread touches it.
+static struct block *last[MAX_VCPUS];
+
+// looked_up reports whether TCG went from block a to block b by a lookup:
+// always after a return, an indirect branch or a system instruction, and
+// after a direct one only to another page than the one a starts on
+// (translator_use_goto_tb). A jump across pages not taken costs nothing,
+// so this is decided per transition, not per block.
+static bool looked_up(const struct block *a, const struct block *b)
+{
+	switch (a->exit) {
+	case 'r':
+	case 'i':
+	case 's':
+		return true;
+	}
+	return ((a->pc ^ b->pc) & PAGE_MASK) != 0;
+}
+
 static void exec_block(unsigned int vcpu, void *udata)
 {
 	struct block *b = udata;
-	b->count[vcpu < MAX_VCPUS ? vcpu : MAX_VCPUS - 1]++;
+	unsigned v = vcpu < MAX_VCPUS ? vcpu : MAX_VCPUS - 1;
+	b->count[v]++;
+	struct block *a = last[v];
+	if (a && looked_up(a, b))
+		a->lookups[v]++;
+	last[v] = b;
 }
 
 static void exec_mark(unsigned int vcpu, void *udata)
@@ -96,14 +131,61 @@ static void exec_mark(unsigned int vcpu, void *udata)
 			any |= b->count[i] != 0;
 		if (!any)
 			continue;
-		fprintf(out, "%" PRIx64 " %" PRIu64 " %" PRIu64, b->pc, b->n, b->atomics);
+		fprintf(out, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %c", b->pc, b->n, b->atomics, b->exit);
 		for (int i = 0; i < MAX_VCPUS; i++)
 			fprintf(out, " %" PRIu64, b->count[i]);
+		for (int i = 0; i < MAX_VCPUS; i++)
+			fprintf(out, " %" PRIu64, b->lookups[i]);
 		fputc('\n', out);
 		memset(b->count, 0, sizeof b->count);
+		memset(b->lookups, 0, sizeof b->lookups);
 	}
 	fflush(out);
 	pthread_mutex_unlock(&lock);
+}
+
+// exit_kind classifies how a block ends, by its last instruction. TCG
+// chains a block straight into the next only for a direct jump within
+// the page the block starts on (translator_use_goto_tb); every other
+// exit looks the next block up in a helper, and a system instruction
+// goes back to the main loop. Upper case: the target (C, J), a target
+// (B) or the next instruction (O) is on another page than the block's
+// start, so that exit is looked up when taken.
+//
+//	r  ret                     i  indirect call or jump
+//	s  system (syscall, iret, hlt, a write to a control register, ...)
+//	c  direct call             C  to another page
+//	j  direct jump             J  to another page
+//	b  conditional branch      B  a target on another page
+//	o  no branch (the block is full, or the next page starts)
+//	O  likewise, into the next page
+static char exit_kind(uint64_t pc, struct qemu_plugin_insn *last)
+{
+	char *d = qemu_plugin_insn_disas(last);
+	uint64_t next = qemu_plugin_insn_vaddr(last) + qemu_plugin_insn_size(last);
+	bool far_next = ((pc ^ next) & PAGE_MASK) != 0;
+	char k = far_next ? 'O' : 'o';
+	if (!d)
+		return k;
+	char op[16] = "";
+	sscanf(d, "%15s", op);
+	const char *arg = d + strlen(op);
+	while (*arg == ' ')
+		arg++;
+	uint64_t dest = 0;
+	bool direct = strncmp(arg, "0x", 2) == 0 && sscanf(arg, "%" SCNx64, &dest) == 1;
+	bool far = ((pc ^ dest) & PAGE_MASK) != 0;
+	if (strncmp(op, "ret", 3) == 0 || strncmp(op, "lret", 4) == 0)
+		k = 'r';
+	else if (strncmp(op, "call", 4) == 0 || strncmp(op, "jmp", 3) == 0)
+		k = !direct ? 'i' : op[0] == 'c' ? (far ? 'C' : 'c') : (far ? 'J' : 'j');
+	else if ((op[0] == 'j' || strncmp(op, "loop", 4) == 0) && direct)
+		k = far || far_next ? 'B' : 'b';
+	else if (strncmp(op, "sys", 3) == 0 || strncmp(op, "iret", 4) == 0 || strcmp(op, "hlt") == 0 ||
+	         strncmp(op, "int", 3) == 0 || strncmp(op, "wrmsr", 5) == 0 || strncmp(op, "ljmp", 4) == 0)
+		k = 's';
+	free(d);
+	return k;
 }
 
 static void translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
@@ -115,6 +197,7 @@ static void translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, exec_mark, QEMU_PLUGIN_CB_NO_REGS, NULL);
 		return;
 	}
+	char exit = exit_kind(pc, qemu_plugin_tb_get_insn(tb, n - 1));
 	uint64_t atomics = 0;
 	for (size_t i = 0; i < n; i++) {
 		char *d = qemu_plugin_insn_disas(qemu_plugin_tb_get_insn(tb, i));
@@ -136,6 +219,7 @@ static void translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		b->pc = pc;
 		b->n = n;
 		b->atomics = atomics;
+		b->exit = exit;
 		b->next = buckets[h];
 		buckets[h] = b;
 		b->all = blocks;
