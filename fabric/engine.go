@@ -41,6 +41,7 @@ type engine struct {
 	closed   bool
 	spin     int     // idle polls before a wait yields the CPU
 	fin      hdr     // a FIN being sent; here so that it does not escape to the heap
+	sh       hdr     // a short message's, sent by sendNow; likewise
 	pl       payload // an unexpected message being received, likewise
 }
 
@@ -249,8 +250,13 @@ func (e *engine) progress() int {
 	if e.closed {
 		return 0
 	}
+	// The self provider is first; most rounds it has nothing, and a
+	// look at its queue is cheaper than a call through the interface.
 	n := 0
-	for _, p := range e.provs {
+	if s := e.self; s.head < len(s.q) {
+		n += s.poll(e, 64)
+	}
+	for _, p := range e.provs[1:] {
 		n += p.poll(e, 64)
 	}
 	if len(e.scheds) > 0 {
@@ -366,23 +372,28 @@ func (w *waiter) pause() bool {
 // wait makes progress until r completes, ctx ends, or a failure makes r
 // unable to complete. It allocates nothing.
 func (e *engine) wait(ctx context.Context, r *op) error {
+	e.mu.Lock()
+	err := e.waitLocked(ctx, r)
+	e.mu.Unlock()
+	return err
+}
+
+// waitLocked is wait with e.mu held; it returns with e.mu held, and
+// releases it only between rounds.
+func (e *engine) waitLocked(ctx context.Context, r *op) error {
 	w := waiter{e: e, done: ctx.Done()}
 	for {
-		e.mu.Lock()
 		if r.state != stDone {
 			w.round()
 		}
 		if r.state == stDone {
-			e.mu.Unlock()
 			return nil
 		}
 		if e.closed {
-			e.mu.Unlock()
 			return ErrClosed
 		}
 		if w.scanDue() {
 			if err := e.scan(r); err != nil {
-				e.mu.Unlock()
 				return err
 			}
 		}
@@ -390,9 +401,9 @@ func (e *engine) wait(ctx context.Context, r *op) error {
 		if w.pause() {
 			e.mu.Lock()
 			e.cancel(r)
-			e.mu.Unlock()
 			return ctx.Err()
 		}
+		e.mu.Lock()
 	}
 }
 

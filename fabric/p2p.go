@@ -49,6 +49,10 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 	}
 	e := c.e
 	e.mu.Lock()
+	if e.sendNow(c, buf, dest, tag) {
+		e.mu.Unlock()
+		return nil
+	}
 	r := e.get()
 	c.initSend(r, buf, dest, tag, c.ctxUser())
 	e.startSend(r)
@@ -67,9 +71,17 @@ func (c *Comm) Send(ctx context.Context, buf []byte, dest, tag int) error {
 // while data was moving.
 func (c *Comm) finishBlocking(ctx context.Context, r *op, st *Status) error {
 	e := c.e
-	err := e.wait(ctx, r)
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	err := e.finishLocked(ctx, r, st)
+	e.mu.Unlock()
+	return err
+}
+
+// finishLocked is finishBlocking with e.mu held: the lock a blocking call
+// took to start its operation is the one its wait starts with, and the
+// last round's is the one it returns the operation to the pool under.
+func (e *engine) finishLocked(ctx context.Context, r *op, st *Status) error {
+	err := e.waitLocked(ctx, r)
 	if r.state != stDone {
 		r.orphan = true
 		return err
@@ -82,6 +94,21 @@ func (c *Comm) finishBlocking(ctx context.Context, r *op, st *Status) error {
 	}
 	e.release(r)
 	return err
+}
+
+// sendNow hands a short message straight to its provider, with no
+// operation to track, when nothing stands in the way: the path of a
+// small blocking send. Otherwise, or if the provider has no room, it
+// reports false having sent nothing, and the caller takes the general
+// path (startSend), which makes the same checks. Call with e.mu held.
+func (e *engine) sendNow(c *Comm, buf []byte, dest, tag int) bool {
+	w := c.ranks[dest]
+	p := e.route[w]
+	if e.closed || e.failed[w] != nil || p == nil || !e.pending[w].empty() || len(buf) > p.eagerMax() {
+		return false
+	}
+	e.sh = hdr{kind: frameEager, ctx: c.ctxUser(), src: int32(c.rank), tag: int32(tag), size: uint64(len(buf))}
+	return p.send(w, &e.sh, buf)
 }
 
 func (c *Comm) initSend(r *op, buf []byte, dest, tag int, ctxID uint32) {
@@ -103,15 +130,9 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 	e.mu.Lock()
 	r := e.get()
 	c.postRecv(r, buf, src, tag, c.ctxUser())
-	if r.state == stDone {
-		st, err := r.status, r.err
-		e.release(r)
-		e.mu.Unlock()
-		return st, err
-	}
-	e.mu.Unlock()
 	var st Status
-	err := c.finishBlocking(ctx, r, &st)
+	err := e.finishLocked(ctx, r, &st)
+	e.mu.Unlock()
 	return st, err
 }
 

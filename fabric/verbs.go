@@ -360,11 +360,14 @@ func hdrLen(h *hdr) int {
 func putHdr(b []byte, h *hdr, addr uint64, key, credit uint32) {
 	le := binary.LittleEndian
 	if h.kind == frameEager {
-		le.PutUint32(b[0:], h.kind)
-		le.PutUint32(b[4:], h.ctx)
-		le.PutUint32(b[8:], uint32(h.src))
-		le.PutUint32(b[12:], uint32(h.tag))
-		le.PutUint32(b[16:], credit)
+		// One length check for the five fields, not one per field: this is
+		// every small message's header.
+		e := (*[vHdrEager]byte)(b)
+		le.PutUint32(e[0:4], h.kind)
+		le.PutUint32(e[4:8], h.ctx)
+		le.PutUint32(e[8:12], uint32(h.src))
+		le.PutUint32(e[12:16], uint32(h.tag))
+		le.PutUint32(e[16:20], credit)
 		return
 	}
 	h.put(b, addr)
@@ -383,9 +386,10 @@ func getHdr(b []byte, h *hdr) (n int, credit uint32, ok bool) {
 		if len(b) < vHdrEager {
 			return 0, 0, false
 		}
-		*h = hdr{kind: frameEager, ctx: le.Uint32(b[4:]), src: int32(le.Uint32(b[8:])), tag: int32(le.Uint32(b[12:])),
+		e := (*[vHdrEager]byte)(b)
+		*h = hdr{kind: frameEager, ctx: le.Uint32(e[4:8]), src: int32(le.Uint32(e[8:12])), tag: int32(le.Uint32(e[12:16])),
 			size: uint64(len(b) - vHdrEager)}
-		return vHdrEager, le.Uint32(b[16:]), true
+		return vHdrEager, le.Uint32(e[16:20]), true
 	}
 	if len(b) < vHdr {
 		return 0, 0, false

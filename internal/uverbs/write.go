@@ -176,11 +176,11 @@ func (c *Context) NewDoorbell(qpHandle uint32) *Doorbell {
 // the scheduler's bookkeeping for a blocking call would cost more than it
 // could give back.
 func (d *Doorbell) Ring() error {
-	n, _, errno := unix.RawSyscall(unix.SYS_WRITE, uintptr(d.fd), uintptr(unsafe.Pointer(&d.buf[0])), uintptr(len(d.buf)))
+	n, errno := ringWrite(d.fd, unsafe.Pointer(&d.buf[0]), len(d.buf))
 	if errno != 0 {
-		return &Errno{"POST_SEND", errno}
+		return &Errno{"POST_SEND", unix.Errno(errno)}
 	}
-	if int(n) != len(d.buf) {
+	if n != len(d.buf) {
 		return fmt.Errorf("uverbs POST_SEND: short write %d", n)
 	}
 	return nil
