@@ -21,9 +21,19 @@
 // wait loop's blocks run once per look at the queue, the work's a few
 // times per message. The split is approximate — a wait loop's rarer
 // blocks (a look at the context every 16 polls) can pass for work — so
-// compare programs by their totals, and a function's work by -top. Kernel blocks are all counted as work: the kernel
-// does not poll in these tests (an idle vCPU halts, which counts
-// nothing), and its copy and checksum loops run many times per message.
+// compare programs by their totals, and a function's work by -top. Kernel
+// blocks are all counted as work: the kernel does not poll in these tests
+// (an idle vCPU halts, which counts nothing), and its copy and checksum
+// loops run many times per message.
+//
+// Instructions are not all alike under TCG. Besides them, the command
+// reports per iteration the blocks executed, the lookups (block
+// transitions TCG could not chain, so that it called into QEMU to find
+// the next block: every return, every indirect branch, every jump or call
+// to another page) and the atomic read-modify-writes, each a call into
+// QEMU too. bench/qemu/tcgcost.c times each of these in the guest; with
+// its figures the counts become an estimate of time that the host's
+// speed does not move (docs/performance.md).
 package main
 
 import (
