@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rivet-hpc/rivet/internal/testutil"
@@ -119,5 +120,30 @@ func TestPluginInVM(t *testing.T) {
 	}
 	if math.Abs(kernel) > 1000 {
 		t.Errorf("kernel instructions per iteration %.1f, want about 0", kernel)
+	}
+}
+
+// TestTCGCostRuns builds bench/qemu/tcgcost.c and runs it on the host
+// (its figures mean something only in the guest): it must report all six
+// units with a number each.
+func TestTCGCostRuns(t *testing.T) {
+	gcc := testutil.LookTool(t, "gcc", "gcc")
+	exe := filepath.Join(t.TempDir(), "tcgcost")
+	if out, err := exec.Command(gcc, "-O2", "-Wall", "-Werror", "-static", "-o", exe, "../qemu/tcgcost.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc tcgcost.c: %v\n%s", err, out)
+	}
+	out, err := exec.Command(exe).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tcgcost: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 7 {
+		t.Fatalf("tcgcost printed %d lines, want a header and 6 units:\n%s", len(lines), out)
+	}
+	for _, l := range lines[1:] {
+		var v float64
+		if _, err := fmt.Sscanf(l, "%f", &v); err != nil || math.IsNaN(v) {
+			t.Errorf("line %q: no figure", l)
+		}
 	}
 }
