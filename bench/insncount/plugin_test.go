@@ -147,3 +147,13 @@ func TestTCGCostRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestSleeperBuilds compiles bench/qemu/sleeper.c, which
+// bench/timer-wakes.sh runs in the guest.
+func TestSleeperBuilds(t *testing.T) {
+	gcc := testutil.LookTool(t, "gcc", "gcc")
+	exe := filepath.Join(t.TempDir(), "sleeper")
+	if out, err := exec.Command(gcc, "-O2", "-Wall", "-Werror", "-static", "-o", exe, "../qemu/sleeper.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc sleeper.c: %v\n%s", err, out)
+	}
+}
