@@ -127,11 +127,7 @@ func TestPluginInVM(t *testing.T) {
 // (its figures mean something only in the guest): it must report all six
 // units with a number each.
 func TestTCGCostRuns(t *testing.T) {
-	gcc := testutil.LookTool(t, "gcc", "gcc")
-	exe := filepath.Join(t.TempDir(), "tcgcost")
-	if out, err := exec.Command(gcc, "-O2", "-Wall", "-Werror", "-static", "-o", exe, "../qemu/tcgcost.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc tcgcost.c: %v\n%s", err, out)
-	}
+	exe := buildStatic(t, "tcgcost")
 	out, err := exec.Command(exe).CombinedOutput()
 	if err != nil {
 		t.Fatalf("tcgcost: %v\n%s", err, out)
@@ -150,10 +146,16 @@ func TestTCGCostRuns(t *testing.T) {
 
 // TestSleeperBuilds compiles bench/qemu/sleeper.c, which
 // bench/timer-wakes.sh runs in the guest.
-func TestSleeperBuilds(t *testing.T) {
+func TestSleeperBuilds(t *testing.T) { buildStatic(t, "sleeper") }
+
+// buildStatic compiles bench/qemu/name.c into a static program, warnings
+// as errors, and returns its path.
+func buildStatic(t *testing.T, name string) string {
+	t.Helper()
 	gcc := testutil.LookTool(t, "gcc", "gcc")
-	exe := filepath.Join(t.TempDir(), "sleeper")
-	if out, err := exec.Command(gcc, "-O2", "-Wall", "-Werror", "-static", "-o", exe, "../qemu/sleeper.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc sleeper.c: %v\n%s", err, out)
+	exe := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command(gcc, "-O2", "-Wall", "-Werror", "-static", "-o", exe, "../qemu/"+name+".c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s.c: %v\n%s", name, err, out)
 	}
+	return exe
 }
