@@ -153,7 +153,7 @@ static void exec_mark(unsigned int vcpu, void *udata)
 // start, so that exit is looked up when taken.
 //
 //	r  ret                     i  indirect call or jump
-//	s  system (syscall, iret, hlt, a write to a control register, ...)
+//	s  system (syscall, sysret, iret, int, hlt, wrmsr, a far jump)
 //	c  direct call             C  to another page
 //	j  direct jump             J  to another page
 //	b  conditional branch      B  a target on another page
