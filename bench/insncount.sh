@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Counts the guest instructions per iteration of Rivet's latency loops and
-# of the references they are compared with — perftest on the same rxe
+# Counts the guest instructions (and blocks, lookups and atomics) per
+# iteration of Rivet's latency loops and of the references they are
+# compared with — perftest on the same rxe
 # device, and Open MPI + UCX for osu_latency — in one rxevm VM run with
 # the insncount QEMU plugin (bench/qemu/insncount.c). Unlike times, the
 # counts do not move with the host's speed spells, so they show exactly

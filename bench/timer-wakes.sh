@@ -55,13 +55,17 @@ for r in $(seq 1 "$rounds"); do
 	for t in $order; do
 		v=$($t)
 		echo "round $r $t: ${v:-failed}" >&2
-		echo "${v:-- - - -}" >>"$w/$t"
+		# one file per program and measure, a line per round ("-": none)
+		set -- ${v:-- - - -}
+		for i in 1 2 3 4; do
+			echo "${!i}" >>"$w/$t.$i"
+		done
 	done
 done
-# ratio A B COL: per-round A/B in column COL, median over the rounds
-ratio() { paste -d' ' "$w/$1" "$w/$2" | awk -v c="$3" '$c != "-" && $(c + 4) != "-" {print $c / $(c + 4)}' | median; }
-col() { cut -d' ' -f"$2" "$w/$1" | median; }
-echo "# osu_latency 8 B over rxe0, $rounds rounds; per-round ratios, median over the rounds; medians of the runs' values (µs) in brackets"
+# ratio A B I: per-round A/B of measure I, median over the rounds
+ratio() { ratios "$w/$1.$3" "$w/$2.$3" | median; }
+col() { median <"$w/$1.$2"; }
+echo "# osu_latency 8 B over rxe0, $rounds rounds; per-round ratios, median over the rounds; medians of the runs' values (µs) in parentheses"
 echo "| measure | Open MPI with sleepers / alone | Rivet / Open MPI | Rivet / Open MPI with sleepers |"
 echo "|---|---|---|---|"
 i=1
