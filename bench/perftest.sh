@@ -5,6 +5,10 @@
 #   go build -o bin/rxevm ./cmd/rxevm && go build -o bin/rivet ./cmd/rivet
 #   bin/rxevm -topology rxe bash bench/perftest.sh
 #
+# TESTS (default: all) lists TEST:SIZE pairs, e.g.
+# TESTS="write_lat:4096 read_lat:4096"; ITERS (default 5000) sets the
+# latency tests' iterations per run.
+#
 # Each test runs ROUNDS times, alternating which program goes first; the
 # figure kept is the median over rounds of perftest's t_typical (itself a
 # median) or BW average, with the median of each round's own ratio and a
@@ -80,20 +84,20 @@ measure() {
 	printf '%s %s: rivet %s | perftest %s\n' "$test" "$size" "$(tr '\n' ' ' </tmp/perftest-r)" "$(tr '\n' ' ' </tmp/perftest-p)" >>/tmp/perftest-rounds
 }
 
-echo "rivet perf vs perftest on $dev (GID $gid), $rounds rounds, $(nproc) CPUs (server on $srv_cpu, client on $cli_cpu), kernel $(uname -r)"
+echo "rivet perf vs perftest on $dev (GID $gid), $rounds rounds, ${ITERS:-5000} latency iterations a run, $(nproc) CPUs (server on $srv_cpu, client on $cli_cpu), kernel $(uname -r)"
 echo "perftest: $(ib_write_lat --version 2>&1 | head -1)"
 echo
 : >/tmp/perftest-rounds
 echo "| test       |     size |      rivet |   perftest |  ratio | per round |    95% CI | min rivet | min perftest |  ratio | per round |"
 echo "|------------|----------|------------|------------|--------|-----------|-----------|-----------|--------------|--------|-----------|"
-for s in 8 4096; do
-	measure write_lat ib_write_lat $s 5000 5 3
-	measure read_lat ib_read_lat $s 5000 5 3
+for t in ${TESTS:-write_lat:8 read_lat:8 write_lat:4096 read_lat:4096 atomic_lat:8 send_lat:8 write_bw:65536 write_bw:1048576}; do
+	test=${t%%:*} size=${t#*:}
+	case $test in
+	*_lat) measure "$test" "ib_$test" "$size" "${ITERS:-5000}" 5 3 ;;
+	*_bw) measure "$test" "ib_$test" "$size" $((size > 65536 ? 500 : 5000)) 4 ;;
+	*) echo "perftest.sh: unknown test $t" >&2; exit 1 ;;
+	esac
 done
-measure atomic_lat ib_atomic_lat 8 5000 5 3
-measure send_lat ib_send_lat 8 5000 5 3
-measure write_bw ib_write_bw 65536 5000 4
-measure write_bw ib_write_bw 1048576 500 4
 echo
 echo "latency: t_typical in µs (lower is better; ratio ≤ 1.05 is the target); min: t_min, the same way"
 echo "ratio: of the medians over rounds; per round: the median of each round's own ratio;"

@@ -89,17 +89,23 @@ func (c *Comm) fromWorld(w int) int {
 	return c.index[w]
 }
 
+// valid reports why c cannot be used, or nil. The test is small enough
+// to be inlined into every call; the reason is made out of line.
 func (c *Comm) valid() error {
-	if c == nil {
-		return fmt.Errorf("%w: nil", ErrComm)
-	}
-	if c.freed.Load() {
-		return fmt.Errorf("%w: used after Free", ErrComm)
-	}
-	if c.ep.closed.Load() {
-		return ErrClosed
+	if c == nil || c.freed.Load() || c.ep.closed.Load() {
+		return c.invalid()
 	}
 	return nil
+}
+
+func (c *Comm) invalid() error {
+	switch {
+	case c == nil:
+		return fmt.Errorf("%w: nil", ErrComm)
+	case c.freed.Load():
+		return fmt.Errorf("%w: used after Free", ErrComm)
+	}
+	return ErrClosed
 }
 
 // Free releases the communicator (MPI_Comm_free); using it afterwards is

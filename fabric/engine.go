@@ -338,7 +338,8 @@ func (e *engine) release(r *op) {
 // and back off.
 type waiter struct {
 	e    *engine
-	done <-chan struct{}
+	ctx  context.Context
+	done <-chan struct{} // ctx.Done(), asked for at the first look
 	i    int
 	idle int
 }
@@ -358,11 +359,18 @@ func (w *waiter) scanDue() bool { return w.i&127 == 127 }
 // pause ends a round, without the lock; it reports whether ctx ended.
 func (w *waiter) pause() bool {
 	w.i++
-	if w.i&15 == 0 && w.done != nil {
-		select {
-		case <-w.done:
-			return true
-		default:
+	if w.i&15 == 0 {
+		if w.i == 16 {
+			// Not sooner: most waits for a small message end before
+			// this, and asking a context costs calls.
+			w.done = w.ctx.Done()
+		}
+		if w.done != nil {
+			select {
+			case <-w.done:
+				return true
+			default:
+			}
 		}
 	}
 	w.e.backoff(w.idle)
@@ -381,7 +389,7 @@ func (e *engine) wait(ctx context.Context, r *op) error {
 // waitLocked is wait with e.mu held; it returns with e.mu held, and
 // releases it only between rounds.
 func (e *engine) waitLocked(ctx context.Context, r *op) error {
-	w := waiter{e: e, done: ctx.Done()}
+	w := waiter{e: e, ctx: ctx}
 	for {
 		if r.state != stDone {
 			w.round()
@@ -409,7 +417,7 @@ func (e *engine) waitLocked(ctx context.Context, r *op) error {
 
 // waitUntil is wait for a condition, checked with e.mu held.
 func (e *engine) waitUntil(ctx context.Context, cond func() bool) error {
-	w := waiter{e: e, done: ctx.Done()}
+	w := waiter{e: e, ctx: ctx}
 	for {
 		e.mu.Lock()
 		if !cond() {
@@ -627,7 +635,7 @@ func (s *selfProvider) close() error    { return nil }
 // up to 50 µs between polls.
 func (ep *Endpoint) Progress(ctx context.Context) error {
 	e := ep.e
-	w := waiter{e: e, done: ctx.Done()}
+	w := waiter{e: e, ctx: ctx}
 	for {
 		e.mu.Lock()
 		if e.closed {

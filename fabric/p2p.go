@@ -6,30 +6,43 @@ import (
 	"unsafe"
 )
 
+// checkDest and checkSource check a send's or a receive's arguments;
+// like valid, they are small enough to be inlined into every call, and
+// say what is wrong out of line.
 func (c *Comm) checkDest(dest, tag int) error {
+	if c == nil || c.freed.Load() || c.ep.closed.Load() ||
+		uint(dest) >= uint(len(c.ranks)) && dest != ProcNull || uint(tag) > MaxTag {
+		return c.badDest(dest, tag)
+	}
+	return nil
+}
+
+func (c *Comm) badDest(dest, tag int) error {
 	if err := c.valid(); err != nil {
 		return err
 	}
 	if dest != ProcNull && (dest < 0 || dest >= len(c.ranks)) {
 		return fmt.Errorf("%w: destination %d in a communicator of %d", ErrRank, dest, len(c.ranks))
 	}
-	if tag < 0 || tag > MaxTag {
-		return fmt.Errorf("%w: %d (0..%d)", ErrTag, tag, MaxTag)
+	return fmt.Errorf("%w: %d (0..%d)", ErrTag, tag, MaxTag)
+}
+
+func (c *Comm) checkSource(src, tag int) error {
+	if c == nil || c.freed.Load() || c.ep.closed.Load() ||
+		uint(src) >= uint(len(c.ranks)) && src != ProcNull && src != AnySource || uint(tag) > MaxTag && tag != AnyTag {
+		return c.badSource(src, tag)
 	}
 	return nil
 }
 
-func (c *Comm) checkSource(src, tag int) error {
+func (c *Comm) badSource(src, tag int) error {
 	if err := c.valid(); err != nil {
 		return err
 	}
 	if src != ProcNull && src != AnySource && (src < 0 || src >= len(c.ranks)) {
 		return fmt.Errorf("%w: source %d in a communicator of %d", ErrRank, src, len(c.ranks))
 	}
-	if tag != AnyTag && (tag < 0 || tag > MaxTag) {
-		return fmt.Errorf("%w: %d (0..%d or AnyTag)", ErrTag, tag, MaxTag)
-	}
-	return nil
+	return fmt.Errorf("%w: %d (0..%d or AnyTag)", ErrTag, tag, MaxTag)
 }
 
 // Send sends buf to rank dest with tag, and returns once buf may be

@@ -190,7 +190,7 @@ func WaitAll(ctx context.Context, reqs []Request, statuses []Status) error {
 		}
 		return nil
 	}
-	w := waiter{e: e, done: ctx.Done()}
+	w := waiter{e: e, ctx: ctx}
 	next := 0 // requests before next are done
 	var werr error
 	for {

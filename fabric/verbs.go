@@ -83,6 +83,10 @@ type verbsPeer struct {
 	qp    *verbs.QP
 	rcq   *verbs.CQ // receives from this peer alone, for fair polling
 	recv  *verbs.MR // vCredits receive buffers
+	// Their receive requests, made once and listed twice over, so that
+	// any vCredits or fewer in a row (mod vCredits) are one slice.
+	rwr  [2 * vCredits]verbs.RecvWR
+	rsge [vCredits]verbs.SGE
 	// Connection: our queue pair is connected (RTS) to the peer's; the
 	// peer's is connected too, so frames may go; a handshake is under way.
 	connected, ready, dialing bool
@@ -155,8 +159,6 @@ type verbsProvider struct {
 	freeOneSided []int
 	atoms        *verbs.MR // an 8-byte result slot per entry of oneSided
 	wcs          [32]verbs.WorkCompletion
-	rwr          [vCredits]verbs.RecvWR
-	rsge         [vCredits]verbs.SGE
 	sge          [1]verbs.SGE
 	wr           [1]verbs.SendWR
 	pl           payload
@@ -245,7 +247,12 @@ func (v *verbsProvider) newPeer(w int) (_ *verbsPeer, err error) {
 		MaxRecvWR: vCredits, MaxInline: vInline}); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: queue pair for rank %d: %w", w, err)
 	}
-	if err := v.postRecvs(p, 0, vCredits); err != nil {
+	for k := range vCredits {
+		p.rsge[k] = verbs.SGE{MR: p.recv, Offset: uint64(k * vSlotSize), Length: vSlotSize}
+		wr := verbs.RecvWR{ID: wrRecv | uint64(w)<<8 | uint64(k), Local: p.rsge[k : k+1]}
+		p.rwr[k], p.rwr[k+vCredits] = wr, wr
+	}
+	if err := p.postRecvs(0, vCredits); err != nil {
 		return nil, err
 	}
 	p.ctl = v.addrs[w].ctl
@@ -331,13 +338,9 @@ func (v *verbsProvider) failureBound() time.Duration {
 
 // postRecvs posts p's receive buffers first, first+1, … (mod vCredits),
 // n of them, with one call; a work request ID names the peer and buffer.
-func (v *verbsProvider) postRecvs(p *verbsPeer, first uint32, n int) error {
-	for i := 0; i < n; i++ {
-		k := int(first+uint32(i)) % vCredits
-		v.rsge[i] = verbs.SGE{MR: p.recv, Offset: uint64(k * vSlotSize), Length: vSlotSize}
-		v.rwr[i] = verbs.RecvWR{ID: wrRecv | uint64(p.world)<<8 | uint64(k), Local: v.rsge[i : i+1]}
-	}
-	return p.qp.PostRecv(v.rwr[:n]...)
+func (p *verbsPeer) postRecvs(first uint32, n int) error {
+	k := int(first % vCredits)
+	return p.qp.PostRecv(p.rwr[k : k+n]...)
 }
 
 func (v *verbsProvider) ctlWord(w, k int) *uint64 {
@@ -701,7 +704,7 @@ func (v *verbsProvider) received(e *engine, w, k, n int) {
 // and returns the credits for them.
 func (v *verbsProvider) repost(p *verbsPeer) {
 	n := int(p.taken - p.consumed)
-	if err := v.postRecvs(p, p.consumed, n); err != nil {
+	if err := p.postRecvs(p.consumed, n); err != nil {
 		p.taken = p.consumed // once: the peer is failed for it
 		v.dead = append(v.dead, peerFault{p.world, err})
 		return

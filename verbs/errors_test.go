@@ -111,8 +111,34 @@ func TestInvalidArguments(t *testing.T) {
 	if err := a.qp.PostSend(batch...); !errors.Is(err, ErrQueueFull) {
 		t.Errorf("oversized batch: %v, want ErrQueueFull", err)
 	}
-	if err := a.qp.PostRecv(RecvWR{Local: []SGE{{MR: readOnly, Length: 8}}}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("receive into read-only memory: %v", err)
+
+	// Receives likewise, each after a valid one into the same region: a
+	// batch checks each region once, and each SGE's bounds every time.
+	for _, tc := range []struct {
+		name string
+		wr   RecvWR
+		want string
+	}{
+		{"read-only", RecvWR{Local: []SGE{{MR: readOnly, Length: 8}}}, "local write access"},
+		{"out of range", RecvWR{Local: []SGE{{MR: a.mr, Offset: uint64(a.mr.Len()) - 4, Length: 8}}}, "outside its"},
+		{"nil MR", RecvWR{Local: []SGE{{Length: 1}}}, "without a memory region"},
+		{"closed MR", RecvWR{Local: []SGE{{MR: closedMR, Length: 1}}}, "file already closed"},
+		{"other PD", RecvWR{Local: []SGE{{MR: foreign, Length: 1}}}, "another protection domain"},
+		{"too many SGEs", RecvWR{Local: make([]SGE, 40)}, "SGEs in a receive"},
+	} {
+		t.Run("receive "+tc.name, func(t *testing.T) {
+			before := a.qp.rq.Outstanding()
+			err := a.qp.PostRecv(RecvWR{Local: local}, tc.wr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrClosed) {
+				t.Errorf("%v does not wrap ErrInvalid", err)
+			}
+			if a.qp.rq.Outstanding() != before {
+				t.Error("part of a rejected batch was posted")
+			}
+		})
 	}
 
 	// Connecting and configuring wrongly.

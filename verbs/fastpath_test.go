@@ -2,7 +2,9 @@ package verbs
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -30,7 +32,9 @@ func fakeQP(t testing.TB) (*QP, *CQ, *MR, []byte, []byte) {
 	sqBuf, cqBuf := fakeRing(t, 8, 8), fakeRing(t, 8, 7)
 	sq, _ := rxe.NewQueue(sqBuf)
 	cqRing, _ := rxe.NewQueue(cqBuf)
+	rq, _ := rxe.NewQueue(fakeRing(t, 8, 7))
 	sq.InitProducer()
+	rq.InitProducer()
 	cqRing.InitConsumer()
 	mem, err := AllocMemory(4096)
 	if err != nil {
@@ -41,8 +45,8 @@ func fakeQP(t testing.TB) (*QP, *CQ, *MR, []byte, []byte) {
 	pd := &PD{lifetime: lifetime{kind: "PD"}}
 	mr := &MR{pd: pd, mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem.b[0]))), length: 4096, access: AccessAll, lkey: 1}
 	cq := &CQ{ring: cqRing, lifetime: lifetime{kind: "CQ"}}
-	qp := &QP{pd: pd, sendCQ: cq, recvCQ: cq, sq: sq, bell: uverbs.DoorbellOnFD(int(null.Fd())),
-		state: QPRTS, maxSendSGE: 1, maxInline: 64, maxMsg: 1 << 23, maxRecvSGE: 1}
+	qp := &QP{pd: pd, sendCQ: cq, recvCQ: cq, sq: sq, rq: rq, bell: uverbs.DoorbellOnFD(int(null.Fd())),
+		state: QPRTS, maxSendSGE: 1, maxInline: 64, maxMsg: 1 << 23, maxRecvSGE: 2}
 	return qp, cq, mr, sqBuf, cqBuf
 }
 
@@ -74,5 +78,53 @@ func BenchmarkDoorbellOnly(b *testing.B) {
 	qp, _, _, _, _ := fakeQP(b)
 	for b.Loop() {
 		qp.bell.Ring()
+	}
+}
+
+// TestPostRecvBatch: a batch of receives into one region is written as
+// posted, and a bad SGE anywhere in it — the region checked once, the
+// bounds of every SGE — refuses the whole batch.
+func TestPostRecvBatch(t *testing.T) {
+	qp, _, mr, _, _ := fakeQP(t)
+	wrs := []RecvWR{
+		{ID: 7, Local: []SGE{{MR: mr, Offset: 0, Length: 64}}},
+		{ID: 8, Local: []SGE{{MR: mr, Offset: 64, Length: 64}, {MR: mr, Offset: 1024, Length: 32}}},
+		{ID: 9, Local: []SGE{{MR: mr, Offset: 4095, Length: 1}}},
+	}
+	bad := append(wrs[:2:2], RecvWR{ID: 10, Local: []SGE{{MR: mr, Length: 8}, {MR: mr, Offset: 4090, Length: 8}}})
+	if err := qp.PostRecv(bad...); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "outside its") {
+		t.Fatalf("batch with an SGE past its region: %v", err)
+	}
+	if n := qp.rq.Outstanding(); n != 0 {
+		t.Fatalf("%d receives of a refused batch posted", n)
+	}
+	if err := qp.PostRecv(wrs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := qp.rq.Outstanding(); n != 3 {
+		t.Fatalf("%d receives posted, want 3", n)
+	}
+	for i, wr := range wrs {
+		slot := qp.rq.NextSlot(uint32(i) - 3)
+		h := (*rxe.RecvWQEHeader)(slot)
+		sges := unsafe.Slice((*rxe.SGE)(unsafe.Add(slot, rxe.RecvWQEHeaderSize)), len(wr.Local))
+		var total uint32
+		for j, s := range wr.Local {
+			if want := (rxe.SGE{Addr: mr.addr + s.Offset, Length: s.Length, LKey: mr.lkey}); sges[j] != want {
+				t.Errorf("receive %d, SGE %d: %+v, want %+v", i, j, sges[j], want)
+			}
+			total += s.Length
+		}
+		if h.WRID != wr.ID || h.DMA.Length != total || h.DMA.Resid != total || h.DMA.NumSGE != uint32(len(wr.Local)) {
+			t.Errorf("receive %d: %+v", i, *h)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		qp.rq.Publish(^uint32(2)) // take the three back
+		if err := qp.PostRecv(wrs...); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("PostRecv allocates %v times a batch", n)
 	}
 }

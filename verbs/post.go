@@ -220,21 +220,34 @@ func (qp *QP) checkSGEs(sges []SGE, maxSGE int, what string) (uint64, error) {
 	}
 	var total uint64
 	for _, s := range sges {
-		if s.MR == nil {
-			return 0, invalid("SGE without a memory region")
-		}
-		if s.MR.closed.Load() {
-			return 0, fmt.Errorf("verbs: SGE memory region: %w", ErrClosed)
-		}
-		if s.MR.pd != qp.pd {
-			return 0, invalid("SGE memory region is in another protection domain")
+		if err := qp.checkMR(s.MR); err != nil {
+			return 0, err
 		}
 		if s.Offset > s.MR.length || uint64(s.Length) > s.MR.length-s.Offset {
-			return 0, invalid("SGE [%d, %d) outside its %d-byte memory region", s.Offset, s.Offset+uint64(s.Length), s.MR.length)
+			return 0, s.outside()
 		}
 		total += uint64(s.Length)
 	}
 	return total, nil
+}
+
+// checkMR checks that an SGE's region is one this QP may use.
+func (qp *QP) checkMR(mr *MR) error {
+	if mr == nil {
+		return invalid("SGE without a memory region")
+	}
+	if mr.closed.Load() {
+		return fmt.Errorf("verbs: SGE memory region: %w", ErrClosed)
+	}
+	if mr.pd != qp.pd {
+		return invalid("SGE memory region is in another protection domain")
+	}
+	return nil
+}
+
+// outside is the error of an SGE that does not lie in its region.
+func (s SGE) outside() error {
+	return invalid("SGE [%d, %d) outside its %d-byte memory region", s.Offset, s.Offset+uint64(s.Length), s.MR.length)
 }
 
 // writeSend fills one send slot as rdma-core's rxe provider does.
@@ -298,14 +311,26 @@ func (qp *QP) postRecv(wrs []RecvWR) error {
 	if free := qp.rq.Free(); uint32(len(wrs)) > free {
 		return fmt.Errorf("verbs: QP %#x: %w: %d requests, %d free receive slots", qp.qpn, ErrQueueFull, len(wrs), free)
 	}
+	// A batch usually reposts buffers of one region: each region is
+	// checked in full once, each SGE's bounds every time.
+	var checked *MR
 	for i := range wrs {
-		for _, s := range wrs[i].Local {
-			if s.MR != nil && s.MR.access&AccessLocalWrite == 0 {
-				return invalid("receive buffer needs local write access")
-			}
+		if len(wrs[i].Local) > qp.maxRecvSGE {
+			return invalid("%d SGEs in a receive (this QP takes %d)", len(wrs[i].Local), qp.maxRecvSGE)
 		}
-		if _, err := qp.checkSGEs(wrs[i].Local, qp.maxRecvSGE, "receive"); err != nil {
-			return err
+		for _, s := range wrs[i].Local {
+			if s.MR != checked {
+				if err := qp.checkMR(s.MR); err != nil {
+					return err
+				}
+				if s.MR.access&AccessLocalWrite == 0 {
+					return invalid("receive buffer needs local write access")
+				}
+				checked = s.MR
+			}
+			if s.Offset > s.MR.length || uint64(s.Length) > s.MR.length-s.Offset {
+				return s.outside()
+			}
 		}
 	}
 	for i := range wrs {
