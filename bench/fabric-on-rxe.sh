@@ -48,17 +48,21 @@ pct=()
 
 rivet() { RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 "$BIN/rivet" bench "$@" 2>/dev/null; }
 ompi() {
-	timeout 300 mpirun.openmpi -n 2 --oversubscribe --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+	timeout 300 mpirun.openmpi -n 2 --oversubscribe --bind-to core --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
 		--mca btl ^openib,uct -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=$dev:1 -x UCX_IB_GID_INDEX=0 \
 		"$BIN/ompi_osu" "$@" 2>/dev/null
 }
 # perf TEST SIZE ITERS COLUMNS: columns of one `rivet perf` client row
 perf() {
 	local port=$((18800 + RANDOM % 1000))
-	"$BIN/rivet" perf "$1" -d $dev -x "$gid" -s "$2" -n "$3" -p $port >/dev/null 2>&1 &
+	# Pinned as the ranks are (mpirun --bind-to core, rivetrun -bind-to
+	# core: rank 0 on CPU 0, rank 1 on CPU 1), and as bench/perftest.sh
+	# pins perftest. Until session 18 this loop ran unpinned, which made
+	# it slower than the ranks it was compared with.
+	taskset -c 1 "$BIN/rivet" perf "$1" -d $dev -x "$gid" -s "$2" -n "$3" -p $port >/dev/null 2>&1 &
 	local spid=$!
 	sleep 1
-	timeout 120 "$BIN/rivet" perf "$1" -d $dev -x "$gid" -s "$2" -n "$3" -p $port 127.0.0.1 2>&1 |
+	timeout 120 taskset -c 0 "$BIN/rivet" perf "$1" -d $dev -x "$gid" -s "$2" -n "$3" -p $port 127.0.0.1 2>&1 |
 		grep -E '^ +[0-9]' | tail -1 | awk -v c="$4" '{n = split(c, k, ","); s = $k[1]; for (i = 2; i <= n; i++) s = s " " $k[i]; print s}'
 	wait $spid || true
 }
