@@ -128,30 +128,3 @@ func TestPostRecvBatch(t *testing.T) {
 		t.Errorf("PostRecv allocates %v times a batch", n)
 	}
 }
-
-// TestPutBytes: every length a word copy and its tail can take, at every
-// alignment of the destination, lands exactly and touches nothing else.
-func TestPutBytes(t *testing.T) {
-	src := make([]byte, 100)
-	for i := range src {
-		src[i] = byte(i*7 + 1)
-	}
-	for n := 0; n <= len(src); n++ {
-		for off := 0; off < 8; off++ {
-			buf := make([]byte, 128)
-			end := putBytes(unsafe.Pointer(&buf[off]), src[:n])
-			if end != unsafe.Pointer(&buf[off+n]) {
-				t.Fatalf("n %d, offset %d: returned the wrong end", n, off)
-			}
-			for i, c := range buf {
-				want := byte(0)
-				if i >= off && i < off+n {
-					want = src[i-off]
-				}
-				if c != want {
-					t.Fatalf("n %d, offset %d: byte %d is %d, want %d", n, off, i, c, want)
-				}
-			}
-		}
-	}
-}

@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -157,7 +156,8 @@ func (qp *QP) postSendInline(id uint64, flags SendFlags, head, tail []byte) erro
 	*h = rxe.SendWQEHeader{WRID: id, Opcode: uint32(OpSend), SendFlags: uint32(flags | Inline)}
 	qp.ssn++
 	h.SSN = qp.ssn
-	putBytes(putBytes(unsafe.Add(slot, rxe.SendWQEHeaderSize), head), tail)
+	dst := unsafe.Slice((*byte)(unsafe.Add(slot, rxe.SendWQEHeaderSize)), n)
+	copy(dst[copy(dst, head):], tail)
 	// One SGE, as for the same bytes posted from one registered buffer.
 	h.DMA = rxe.DMAInfo{Length: uint32(n), Resid: uint32(n), NumSGE: uint32(min(n, 1))}
 	qp.sq.Publish(1)
@@ -165,27 +165,6 @@ func (qp *QP) postSendInline(id uint64, flags SendFlags, head, tail []byte) erro
 		return qp.pd.ctx.wrap(err)
 	}
 	return nil
-}
-
-// putBytes copies b to p and returns the address after it. An inline
-// payload is mostly a few words — a frame header, a small message — and
-// moved a word at a time here it costs no call into memmove: a call and
-// a return, each a block lookup under emulation, cost more than the copy.
-func putBytes(p unsafe.Pointer, b []byte) unsafe.Pointer {
-	n := len(b)
-	if n > 64 {
-		copy(unsafe.Slice((*byte)(p), n), b)
-		return unsafe.Add(p, n)
-	}
-	dst := unsafe.Slice((*byte)(p), n)
-	i := 0
-	for ; i+8 <= n; i += 8 {
-		binary.NativeEndian.PutUint64(dst[i:], binary.NativeEndian.Uint64(b[i:]))
-	}
-	for ; i < n; i++ {
-		dst[i] = b[i]
-	}
-	return unsafe.Add(p, n)
 }
 
 func (qp *QP) checkSend(wr *SendWR) error {
