@@ -39,6 +39,22 @@ func TestBadRKey(t *testing.T) {
 	}
 }
 
+// refused checks that a post failed with an error that says want and
+// wraps ErrInvalid or ErrClosed, and that its queue holds as many requests
+// as before it (before, after).
+func refused(t *testing.T, err error, want string, before, after uint32) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want one containing %q", err, want)
+	}
+	if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrClosed) {
+		t.Errorf("%v does not wrap ErrInvalid", err)
+	}
+	if after != before {
+		t.Error("part of a rejected batch was posted")
+	}
+}
+
 // TestInvalidArguments: each mistake is refused with a clear error and
 // nothing reaches the ring.
 func TestInvalidArguments(t *testing.T) {
@@ -91,15 +107,7 @@ func TestInvalidArguments(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := a.qp.sq.Outstanding()
 			err := a.qp.PostSend(SendWR{Op: OpSend, Local: local}, tc.wr) // a valid one first: all or nothing
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %v, want one containing %q", err, tc.want)
-			}
-			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrClosed) {
-				t.Errorf("%v does not wrap ErrInvalid", err)
-			}
-			if a.qp.sq.Outstanding() != before {
-				t.Error("part of a rejected batch was posted")
-			}
+			refused(t, err, tc.want, before, a.qp.sq.Outstanding())
 		})
 	}
 
@@ -129,15 +137,7 @@ func TestInvalidArguments(t *testing.T) {
 		t.Run("receive "+tc.name, func(t *testing.T) {
 			before := a.qp.rq.Outstanding()
 			err := a.qp.PostRecv(RecvWR{Local: local}, tc.wr)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %v, want one containing %q", err, tc.want)
-			}
-			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrClosed) {
-				t.Errorf("%v does not wrap ErrInvalid", err)
-			}
-			if a.qp.rq.Outstanding() != before {
-				t.Error("part of a rejected batch was posted")
-			}
+			refused(t, err, tc.want, before, a.qp.rq.Outstanding())
 		})
 	}
 
