@@ -89,8 +89,8 @@ func (c *Comm) fromWorld(w int) int {
 	return c.index[w]
 }
 
-// valid reports why c cannot be used, or nil. The test is small enough
-// to be inlined into every call; the reason is made out of line.
+// valid reports why c cannot be used, or nil. The reason is made out of
+// line, so that the common case is a few loads and no further call.
 func (c *Comm) valid() error {
 	if c == nil || c.freed.Load() || c.ep.closed.Load() {
 		return c.invalid()

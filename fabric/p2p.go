@@ -6,9 +6,9 @@ import (
 	"unsafe"
 )
 
-// checkDest and checkSource check a send's or a receive's arguments;
-// like valid, they are small enough to be inlined into every call, and
-// say what is wrong out of line.
+// checkDest and checkSource check a send's or a receive's arguments in
+// one call (valid's test written out, not called), and say what is wrong
+// out of line.
 func (c *Comm) checkDest(dest, tag int) error {
 	if c == nil || c.freed.Load() || c.ep.closed.Load() ||
 		uint(dest) >= uint(len(c.ranks)) && dest != ProcNull || uint(tag) > MaxTag {
