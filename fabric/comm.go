@@ -92,11 +92,15 @@ func (c *Comm) fromWorld(w int) int {
 // valid reports why c cannot be used, or nil. The reason is made out of
 // line, so that the common case is a few loads and no further call.
 func (c *Comm) valid() error {
-	if c == nil || c.freed.Load() || c.ep.closed.Load() {
+	if !c.usable() {
 		return c.invalid()
 	}
 	return nil
 }
+
+// usable is valid's test, small enough to be inlined into the argument
+// checks of every call.
+func (c *Comm) usable() bool { return c != nil && !c.freed.Load() && !c.ep.closed.Load() }
 
 func (c *Comm) invalid() error {
 	switch {

@@ -7,11 +7,10 @@ import (
 )
 
 // checkDest and checkSource check a send's or a receive's arguments in
-// one call (valid's test written out, not called), and say what is wrong
-// out of line.
+// one call (valid's test inlined, not called), and say what is wrong out
+// of line.
 func (c *Comm) checkDest(dest, tag int) error {
-	if c == nil || c.freed.Load() || c.ep.closed.Load() ||
-		uint(dest) >= uint(len(c.ranks)) && dest != ProcNull || uint(tag) > MaxTag {
+	if !c.usable() || uint(dest) >= uint(len(c.ranks)) && dest != ProcNull || uint(tag) > MaxTag {
 		return c.badDest(dest, tag)
 	}
 	return nil
@@ -28,8 +27,7 @@ func (c *Comm) badDest(dest, tag int) error {
 }
 
 func (c *Comm) checkSource(src, tag int) error {
-	if c == nil || c.freed.Load() || c.ep.closed.Load() ||
-		uint(src) >= uint(len(c.ranks)) && src != ProcNull && src != AnySource || uint(tag) > MaxTag && tag != AnyTag {
+	if !c.usable() || uint(src) >= uint(len(c.ranks)) && src != ProcNull && src != AnySource || uint(tag) > MaxTag && tag != AnyTag {
 		return c.badSource(src, tag)
 	}
 	return nil

@@ -216,7 +216,7 @@ func (qp *QP) checkSend(wr *SendWR) error {
 // checkSGEs validates a gather or scatter list and returns its total length.
 func (qp *QP) checkSGEs(sges []SGE, maxSGE int, what string) (uint64, error) {
 	if len(sges) > maxSGE {
-		return 0, invalid("%d SGEs in a %s (this QP takes %d)", len(sges), what, maxSGE)
+		return 0, tooManySGEs(len(sges), maxSGE, what)
 	}
 	var total uint64
 	for _, s := range sges {
@@ -229,6 +229,12 @@ func (qp *QP) checkSGEs(sges []SGE, maxSGE int, what string) (uint64, error) {
 		total += uint64(s.Length)
 	}
 	return total, nil
+}
+
+// tooManySGEs is the error of a request with n SGEs where the QP takes
+// max in a what ("send", "receive").
+func tooManySGEs(n, max int, what string) error {
+	return invalid("%d SGEs in a %s (this QP takes %d)", n, what, max)
 }
 
 // checkMR checks that an SGE's region is one this QP may use.
@@ -316,7 +322,7 @@ func (qp *QP) postRecv(wrs []RecvWR) error {
 	var checked *MR
 	for i := range wrs {
 		if len(wrs[i].Local) > qp.maxRecvSGE {
-			return invalid("%d SGEs in a receive (this QP takes %d)", len(wrs[i].Local), qp.maxRecvSGE)
+			return tooManySGEs(len(wrs[i].Local), qp.maxRecvSGE, "receive")
 		}
 		for _, s := range wrs[i].Local {
 			if s.MR != checked {
