@@ -39,10 +39,13 @@ type engine struct {
 	health   *health
 	lastScan time.Time
 	closed   bool
-	spin     int     // idle polls before a wait yields the CPU
-	fin      hdr     // a FIN being sent; here so that it does not escape to the heap
-	sh       hdr     // a short message's, sent by sendNow; likewise
-	pl       payload // an unexpected message being received, likewise
+	spin     int // idle polls before a wait yields the CPU
+	// direct is the world rank whose frames a blocking receive is
+	// reading itself (recvDirect), -1 if none: polls leave them to it.
+	direct int
+	fin    hdr     // a FIN being sent; here so that it does not escape to the heap
+	sh     hdr     // a short message's, sent by sendNow; likewise
+	pl     payload // an unexpected message being received, likewise
 }
 
 func newEngine(me, size int) *engine {
@@ -53,6 +56,7 @@ func newEngine(me, size int) *engine {
 		pending: make([]reqList, size),
 		failed:  make([]error, size),
 		spin:    4096,
+		direct:  -1,
 	}
 	e.self = &selfProvider{}
 	e.route[me] = e.self
@@ -504,6 +508,9 @@ func (e *engine) waitedOn(in []bool) {
 	}
 	for _, r := range e.rdv {
 		in[r.peer] = true
+	}
+	if e.direct >= 0 {
+		in[e.direct] = true
 	}
 }
 

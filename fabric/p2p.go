@@ -139,12 +139,73 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 	}
 	e := c.e
 	e.mu.Lock()
+	if src != AnySource && e.direct < 0 {
+		if st, err, done := e.recvDirect(ctx, c, buf, src, tag); done {
+			e.mu.Unlock()
+			return st, err
+		}
+	}
 	r := e.get()
 	c.postRecv(r, buf, src, tag, c.ctxUser())
 	var st Status
 	err := e.finishLocked(ctx, r, &st)
 	e.mu.Unlock()
 	return st, err
+}
+
+// recvDirect is a blocking receive's fast path. When the message must come
+// from one peer, over a provider that can hand over its frames directly,
+// with no other receive posted and nothing unexpected queued, the next
+// frame from that peer is either this receive's message or one that
+// nothing waits for. So the wait reads that peer's frames itself and
+// copies a matching eager message straight into buf: no operation to
+// post, match, complete and free, and no poll of everything else between
+// the message arriving and Recv returning. General progress runs in the
+// rounds between. As soon as that no longer holds (a receive posted by
+// another goroutine, a frame queued as unexpected, a long message, a
+// failure, Close) it reports done false having consumed nothing of the
+// receive's, and the caller takes the general path, which finds what
+// arrived meanwhile in the unexpected queue. Call with e.mu held.
+func (e *engine) recvDirect(ctx context.Context, c *Comm, buf []byte, src, tag int) (st Status, err error, done bool) {
+	w := c.ranks[src]
+	d, ok := e.route[w].(directProvider)
+	if !ok {
+		return Status{}, nil, false
+	}
+	ctxID := c.ctxUser()
+	e.direct = w
+	wt := waiter{e: e, ctx: ctx}
+	for !e.closed && e.posted.head == nil && e.unexp.head == nil && e.failed[w] == nil && c.usable() {
+		n, t, taken, moved := d.takeDirect(e, w, ctxID, src, tag, buf)
+		if taken {
+			e.direct = -1
+			return Status{Source: src, Tag: t, Count: n}, nil, true
+		}
+		switch {
+		case moved:
+			wt.idle = 0
+		case wt.i&3 == 0:
+			// The rest of the work (buffers to post again, other peers,
+			// sends waiting for room) every fourth round, the first
+			// included: after a ping-pong's send, while the answer is on
+			// its way.
+			wt.round()
+		default:
+			wt.idle++
+		}
+		if wt.scanDue() {
+			_ = e.scan(nil) // with no operation, it only looks for failures
+		}
+		e.mu.Unlock()
+		if wt.pause() {
+			e.mu.Lock()
+			e.direct = -1
+			return Status{Cancelled: true}, ctx.Err(), true // as cancel would say
+		}
+		e.mu.Lock()
+	}
+	e.direct = -1
+	return Status{}, nil, false
 }
 
 // postRecv matches r against the unexpected messages or posts it; it

@@ -41,6 +41,18 @@ type provider interface {
 	close() error
 }
 
+// A directProvider can hand one peer's next frame straight to a blocking
+// receive (engine.recvDirect) and leaves that peer's frames to it in
+// poll while engine.direct names the peer.
+type directProvider interface {
+	// takeDirect looks at peer's next frame, if one has arrived. If it
+	// is an eager message that matches (ctx, src, tag) and fits in buf,
+	// it copies the payload into buf and returns its length and tag with
+	// taken. Any other frame it handles as poll would (deliver), and
+	// reports it with moved.
+	takeDirect(e *engine, peer int, ctx uint32, src, tag int, buf []byte) (n, gotTag int, taken, moved bool)
+}
+
 // A prober is a provider that can check on its peers while a call waits,
 // for transports that notice a dead peer only when traffic to it fails.
 type prober interface {

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/rivet-hpc/rivet/hw"
+	"github.com/rivet-hpc/rivet/internal/critpath"
 	"github.com/rivet-hpc/rivet/verbs"
 )
 
@@ -604,6 +605,9 @@ func (v *verbsProvider) poll(e *engine, budget int) int {
 		if i >= n {
 			i -= n
 		}
+		if v.byIx[i].world == e.direct {
+			continue // a blocking receive reads these itself
+		}
 		got += v.drain(e, v.byIx[i].rcq, min(8, budget-got))
 	}
 	// Failures last, and each only once the peer's frames that arrived
@@ -629,45 +633,80 @@ func (v *verbsProvider) drain(e *engine, cq *verbs.CQ, max int) int {
 		return 0
 	}
 	for k := 0; k < n; k++ {
-		wc := &v.wcs[k]
-		i := int(wc.ID &^ wrKindMask)
-		if wc.Status != verbs.StatusSuccess {
-			switch wc.ID & wrKindMask {
-			case wrSend:
-				if i < vSendSlots { // not an inline send, which holds no slot
-					v.free = append(v.free, i)
-				}
-			case wrRead:
-				v.readEnded(e, i, wc.Err())
-			case wrOneSided:
-				if p := v.byQPN[wc.QPN]; p != nil {
-					p.oneSided.fail(wc.Err())
-				}
-				v.oneSidedDone(i, false)
-			}
-			if p := v.byQPN[wc.QPN]; p != nil && p != v.self && !p.dead {
-				p.dead = true // one report is enough; the QP is in error now
-				v.dead = append(v.dead, peerFault{p.world, wc.Err()})
-			}
-			continue
-		}
-		switch wc.ID & wrKindMask {
-		case wrRecv:
-			v.received(e, i>>8, i&0xff, int(wc.ByteLen))
-		case wrSend:
-			v.free = append(v.free, i)
-		case wrRead:
-			v.readEnded(e, i, nil)
-		case wrOneSided:
-			if p := v.byQPN[wc.QPN]; p != nil {
-				p.oneSided.done++
-			}
-			v.oneSidedDone(i, true)
-		case wrProbe:
-			v.peers[i].probing = false
-		}
+		v.complete(e, &v.wcs[k])
 	}
 	return n
+}
+
+// takeDirect is directProvider's: it polls w's receive queue for one
+// completion.
+func (v *verbsProvider) takeDirect(e *engine, w int, ctx uint32, src, tag int, buf []byte) (n, gotTag int, taken, moved bool) {
+	p := v.peers[w]
+	if p == nil {
+		return 0, 0, false, false // not connected: nothing can have come
+	}
+	if k, err := p.rcq.Poll(v.wcs[:1]); k == 0 || err != nil {
+		return 0, 0, false, false
+	}
+	wc := &v.wcs[0]
+	if wc.Status == verbs.StatusSuccess && wc.ID&wrKindMask == wrRecv {
+		critpath.Arrived()
+		k := int(wc.ID & 0xff)
+		b := p.recv.Bytes()[k*vSlotSize : k*vSlotSize+int(wc.ByteLen)]
+		var h hdr
+		if hl, c, ok := getHdr(b, &h); ok && h.kind == frameEager && h.size <= uint64(len(buf)) && matches(ctx, src, tag, &h) {
+			p.ready = true
+			if int32(c-p.acked) > 0 {
+				p.acked = c
+			}
+			copy(buf, b[hl:])
+			p.taken++ // posted again later, as in received
+			return int(h.size), int(h.tag), true, true
+		}
+	}
+	v.complete(e, wc)
+	return 0, 0, false, true
+}
+
+// complete handles one work completion.
+func (v *verbsProvider) complete(e *engine, wc *verbs.WorkCompletion) {
+	i := int(wc.ID &^ wrKindMask)
+	if wc.Status != verbs.StatusSuccess {
+		switch wc.ID & wrKindMask {
+		case wrSend:
+			if i < vSendSlots { // not an inline send, which holds no slot
+				v.free = append(v.free, i)
+			}
+		case wrRead:
+			v.readEnded(e, i, wc.Err())
+		case wrOneSided:
+			if p := v.byQPN[wc.QPN]; p != nil {
+				p.oneSided.fail(wc.Err())
+			}
+			v.oneSidedDone(i, false)
+		}
+		if p := v.byQPN[wc.QPN]; p != nil && p != v.self && !p.dead {
+			p.dead = true // one report is enough; the QP is in error now
+			v.dead = append(v.dead, peerFault{p.world, wc.Err()})
+		}
+		return
+	}
+	switch wc.ID & wrKindMask {
+	case wrRecv:
+		critpath.Arrived()
+		v.received(e, i>>8, i&0xff, int(wc.ByteLen))
+	case wrSend:
+		v.free = append(v.free, i)
+	case wrRead:
+		v.readEnded(e, i, nil)
+	case wrOneSided:
+		if p := v.byQPN[wc.QPN]; p != nil {
+			p.oneSided.done++
+		}
+		v.oneSidedDone(i, true)
+	case wrProbe:
+		v.peers[i].probing = false
+	}
 }
 
 // received handles a frame in receive buffer k of world rank w.

@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -64,6 +65,7 @@ func init() {
 		os.Unsetenv("RIVET_FT_FD")
 	}
 	progs["flood"] = progFlood
+	progs["direct"] = progDirect
 }
 
 // twoNodes puts ranks 0 and 1 on node "a" and the others on node "b".
@@ -188,6 +190,153 @@ func TestVerbsPeerKilled(t *testing.T) {
 			t.Log(l)
 		}
 	}
+}
+
+// progDirect: a blocking receive from one verbs peer reads that peer's
+// frames itself (recvDirect), and gives way to the general path whenever
+// that could change what matches what: a frame for another receive, a
+// message too long for the buffer or sent by rendezvous, a receive posted
+// by another goroutine, a wait that ends with its context.
+func progDirect(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	me := w.Rank()
+	peer := 1 - me
+	e := w.e
+	if ep.Provider(peer) != "verbs" {
+		failf("rank %d reaches rank %d over %s", me, peer, ep.Provider(peer))
+	}
+	// One receive through the general path puts an operation in the pool.
+	if me == 0 {
+		must(w.Send(ctx, []byte("seed"), peer, 9), "seed send")
+	} else {
+		req, err := w.Irecv(make([]byte, 4), peer, 9)
+		must(err, "seed irecv")
+		_, err = req.Wait(ctx)
+		must(err, "seed wait")
+	}
+	pool := func() (*op, uint64) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.freeR == nil {
+			return nil, 0
+		}
+		return e.freeR, e.freeR.gen
+	}
+	head, gen := pool()
+
+	// A ping-pong: every receive takes the direct path, so no operation
+	// leaves the pool (one that did would come back with its generation
+	// bumped).
+	var b [8]byte
+	for i := 0; i < 300; i++ {
+		if (i+me)%2 == 0 {
+			binary.LittleEndian.PutUint64(b[:], uint64(i))
+			must(w.Send(ctx, b[:], peer, 1), "ping-pong send")
+			continue
+		}
+		tag := 1
+		if i%3 == 0 {
+			tag = AnyTag
+		}
+		st, err := w.Recv(ctx, b[:], peer, tag)
+		must(err, "ping-pong recv")
+		if v := binary.LittleEndian.Uint64(b[:]); v != uint64(i) || st.Source != peer || st.Tag != 1 || st.Count != 8 {
+			failf("ping-pong message %d: got %d, status %+v", i, v, st)
+		}
+	}
+	if h, g := pool(); h != head || g != gen {
+		failf("a ping-pong receive took the general path (pool head %p gen %d, was %p gen %d)", h, g, head, gen)
+	}
+
+	short, long := pattern(100, 5), pattern(vEager+1, 6)
+	if me == 1 {
+		must(w.Send(ctx, []byte("two"), peer, 2), "send 2")
+		must(w.Send(ctx, []byte("one"), peer, 1), "send 1")
+		must(w.Send(ctx, short, peer, 3), "send short")
+		must(w.Send(ctx, long, peer, 4), "send long")
+		// The other side's receive for tag 5 timed out before this
+		// message was sent; it must still be received.
+		_, err := w.Recv(ctx, b[:1], peer, 6)
+		must(err, "recv go")
+		must(w.Send(ctx, []byte("late"), peer, 5), "send late")
+		// Then two messages for two goroutines' receives, in the
+		// opposite order to their posting.
+		_, err = w.Recv(ctx, b[:1], peer, 6)
+		must(err, "recv go")
+		must(w.Send(ctx, []byte("for B"), peer, 8), "send 8")
+		must(w.Send(ctx, []byte("for A"), peer, 7), "send 7")
+		return nil
+	}
+	// A frame for another tag first: it is queued as unexpected, and this
+	// receive goes on to find its own after it.
+	buf := make([]byte, 16)
+	st, err := w.Recv(ctx, buf, peer, 1)
+	if err != nil || string(buf[:st.Count]) != "one" {
+		failf("tag 1 behind tag 2: %q, %v", buf[:st.Count], err)
+	}
+	st, err = w.Recv(ctx, buf, peer, 2)
+	if err != nil || string(buf[:st.Count]) != "two" {
+		failf("tag 2 from the unexpected queue: %q, %v", buf[:st.Count], err)
+	}
+	// Too long for the buffer: the prefix and ErrTruncated, as ever.
+	st, err = w.Recv(ctx, buf[:10], peer, 3)
+	if !errors.Is(err, ErrTruncated) || st.Count != 10 || !bytes.Equal(buf[:10], short[:10]) {
+		failf("truncated direct receive: %v, %+v", err, st)
+	}
+	// A rendezvous message.
+	got := make([]byte, len(long))
+	st, err = w.Recv(ctx, got, peer, 4)
+	if err != nil || st.Count != len(long) || !bytes.Equal(got, long) {
+		failf("rendezvous message: %v, %+v", err, st)
+	}
+	// A wait that times out consumes nothing.
+	quick, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	st, err = w.Recv(quick, buf, peer, 5)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || !st.Cancelled {
+		failf("a timed-out receive: %v, %+v", err, st)
+	}
+	must(w.Send(ctx, []byte{1}, peer, 6), "send go")
+	st, err = w.Recv(ctx, buf, peer, 5)
+	if err != nil || string(buf[:st.Count]) != "late" {
+		failf("the message after a timed-out receive: %q, %v", buf[:st.Count], err)
+	}
+	// Goroutine A waits in a direct receive when B posts its own; each
+	// gets its message.
+	aDone := make(chan error, 1)
+	go func() {
+		bufA := make([]byte, 16)
+		st, err := w.Recv(ctx, bufA, peer, 7)
+		if err == nil && string(bufA[:st.Count]) != "for A" {
+			err = fmt.Errorf("A got %q", bufA[:st.Count])
+		}
+		aDone <- err
+	}()
+	for {
+		e.mu.Lock()
+		waiting := e.direct == peer
+		e.mu.Unlock()
+		if waiting {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	bufB := make([]byte, 16)
+	req, err := w.Irecv(bufB, peer, 8)
+	must(err, "irecv B")
+	must(w.Send(ctx, []byte{1}, peer, 6), "send go")
+	st, err = req.Wait(ctx)
+	if err != nil || string(bufB[:st.Count]) != "for B" {
+		failf("B: %q, %v", bufB[:st.Count], err)
+	}
+	must(<-aDone, "A")
+	return nil
+}
+
+func TestVerbsDirectReceive(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	testutil.LogRXECountersOnFailure(t)
+	runOK(t, 2, "direct", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0])
 }
 
 // progFlood: ranks 1-3 each send 20000 small messages to rank 0, which

@@ -32,6 +32,9 @@ command -v go >/dev/null || { echo "test.sh: Go 1.21 or newer is needed (go.mod 
 t0=$SECONDS
 echo "== go vet"
 go vet ./...
+# The critical-path probe build (internal/critpath) must keep compiling.
+go vet -tags rivetprobe ./internal/... ./fabric ./bench/...
+go test -count=1 -tags rivetprobe ./internal/critpath
 
 echo "== host tests (-race)"
 # Includes cmd/rxevm's own tests, which boot VMs, and the PMI tests under

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/critpath"
 )
 
 // Run runs b between ranks 0 and 1 of c (other ranks wait), printing on
@@ -76,10 +78,13 @@ func latency(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm int, 
 		return 0, err
 	}
 	var start, last time.Time
+	var tsc0 uint64
 	for i := 0; i < iters+warm; i++ {
 		if i == warm {
 			start = time.Now()
 			last = start
+			tsc0 = critpath.Now()
+			critpath.Reset()
 		} else if i > warm && each != nil {
 			now := time.Now()
 			each[i-warm-1] = now.Sub(last).Seconds() * 1e6 / 2
@@ -102,10 +107,25 @@ func latency(ctx context.Context, c *fabric.Comm, s, r []byte, iters, warm int, 
 		}
 	}
 	end := time.Now()
+	if critpath.Enabled {
+		reportCritPath(c.Rank(), end.Sub(start), critpath.Now()-tsc0)
+	}
 	if each != nil && iters > 0 {
 		each[iters-1] = end.Sub(last).Seconds() * 1e6 / 2
 	}
 	return end.Sub(start).Seconds() * 1e6 / float64(2*iters), nil
+}
+
+// reportCritPath prints, in a build with the rivetprobe tag, this rank's
+// mean time from a message's arrival to its next send's doorbell over the
+// timed loop, which took d and tsc ticks of the time-stamp counter.
+func reportCritPath(rank int, d time.Duration, tsc uint64) {
+	ticks, n := critpath.Tally()
+	if n == 0 || tsc == 0 {
+		return
+	}
+	us := float64(ticks) / float64(n) * d.Seconds() * 1e6 / float64(tsc)
+	fmt.Fprintf(os.Stderr, "# rank %d: arrival to doorbell %.3f us (mean of %d)\n", rank, us, n)
 }
 
 // percentileCols name the figures percentiles returns.

@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/internal/critpath"
 )
 
 // CmdGetContext and friends number the commands this file issues itself.
@@ -176,6 +178,7 @@ func (c *Context) NewDoorbell(qpHandle uint32) *Doorbell {
 // the scheduler's bookkeeping for a blocking call would cost more than it
 // could give back.
 func (d *Doorbell) Ring() error {
+	critpath.Doorbell()
 	n, errno := ringWrite(d.fd, unsafe.Pointer(&d.buf[0]), len(d.buf))
 	if errno != 0 {
 		return &Errno{"POST_SEND", unix.Errno(errno)}
