@@ -645,6 +645,12 @@ func (v *verbsProvider) takeDirect(e *engine, w int, ctx uint32, src, tag int, b
 	if p == nil {
 		return 0, 0, false, false // not connected: nothing can have come
 	}
+	if p.taken-p.consumed >= vRepostBatch && !p.dead {
+		// As poll would. Here too, since a receive whose message is
+		// already waiting returns without the general progress: the
+		// sender must not run out of credits in a stream of those.
+		v.repost(p)
+	}
 	if k, err := p.rcq.Poll(v.wcs[:1]); k == 0 || err != nil {
 		return 0, 0, false, false
 	}

@@ -205,14 +205,19 @@ func progDirect(ctx context.Context, ep *Endpoint) error {
 	if ep.Provider(peer) != "verbs" {
 		failf("rank %d reaches rank %d over %s", me, peer, ep.Provider(peer))
 	}
-	// One receive through the general path puts an operation in the pool.
+	// One receive through the general path puts an operation in the
+	// pool, and an answer makes sure nothing else is on its way: the
+	// general wait would take it as unexpected.
 	if me == 0 {
 		must(w.Send(ctx, []byte("seed"), peer, 9), "seed send")
+		_, err := w.Recv(ctx, make([]byte, 4), peer, 9)
+		must(err, "seed answer")
 	} else {
 		req, err := w.Irecv(make([]byte, 4), peer, 9)
 		must(err, "seed irecv")
 		_, err = req.Wait(ctx)
 		must(err, "seed wait")
+		must(w.Send(ctx, []byte("seed"), peer, 9), "seed answer")
 	}
 	pool := func() (*op, uint64) {
 		e.mu.Lock()

@@ -38,8 +38,27 @@ func TestPostSendInlineWQE(t *testing.T) {
 	if h.WRID != 43 || h.DMA.Length != 0 || h.DMA.NumSGE != 0 || h.SendFlags != uint32(Inline) {
 		t.Errorf("empty send's WQE header %+v", *h)
 	}
+	// Word and byte stores, on both sides of the seam, and nothing written
+	// past the data (slots 2 to 5 of the eight).
+	for i, c := range [][2]int{{20, 8}, {0, 13}, {17, 0}, {1, 1}} {
+		slot := sqBuf[384+(2+i)*256 : 384+(3+i)*256]
+		for k := range slot {
+			slot[k] = 0xaa
+		}
+		head, tail := make([]byte, c[0]), make([]byte, c[1])
+		fill(head, 1)
+		fill(tail, 2)
+		if err := qp.PostSendInline(50, 0, head, tail); err != nil {
+			t.Fatal(err)
+		}
+		data := slot[rxe.SendWQEHeaderSize:]
+		if want := append(head, tail...); string(data[:len(want)]) != string(want) || data[len(want)] != 0xaa {
+			t.Errorf("%d+%d bytes: inline data % x, want % x then aa", c[0], c[1], data[:len(want)+1], want)
+		}
+	}
+	*(*uint32)(unsafe.Pointer(&sqBuf[256])) = 6 // all six consumed
 	// The kernel consumes what is posted, so the ring never fills.
-	var consumed uint32 = 2
+	var consumed uint32 = 6
 	allocs := testing.AllocsPerRun(100, func() {
 		if err := qp.PostSendInline(44, 0, head, tail); err != nil {
 			t.Fatal(err)

@@ -156,8 +156,7 @@ func (qp *QP) postSendInline(id uint64, flags SendFlags, head, tail []byte) erro
 	*h = rxe.SendWQEHeader{WRID: id, Opcode: uint32(OpSend), SendFlags: uint32(flags | Inline)}
 	qp.ssn++
 	h.SSN = qp.ssn
-	dst := unsafe.Slice((*byte)(unsafe.Add(slot, rxe.SendWQEHeaderSize)), n)
-	copy(dst[copy(dst, head):], tail)
+	putBytes(putBytes(unsafe.Add(slot, rxe.SendWQEHeaderSize), head), tail)
 	// One SGE, as for the same bytes posted from one registered buffer.
 	h.DMA = rxe.DMAInfo{Length: uint32(n), Resid: uint32(n), NumSGE: uint32(min(n, 1))}
 	qp.sq.Publish(1)
@@ -353,4 +352,23 @@ func (qp *QP) postRecv(wrs []RecvWR) error {
 	}
 	qp.rq.Publish(uint32(len(wrs)))
 	return nil
+}
+
+// putBytes stores b at d, eight bytes at a time, and returns the address
+// after it. An inline send's few bytes went through two calls of
+// memmove before; under TCG each call and return is a lookup of the
+// next translated block, and the probe (internal/critpath) timed the two
+// copies at 0.43 µs against 0.24 µs for these stores. On hardware either
+// is a few nanoseconds.
+func putBytes(d unsafe.Pointer, b []byte) unsafe.Pointer {
+	for len(b) >= 8 {
+		*(*uint64)(d) = *(*uint64)(unsafe.Pointer(&b[0]))
+		d = unsafe.Add(d, 8)
+		b = b[8:]
+	}
+	for _, c := range b {
+		*(*byte)(d) = c
+		d = unsafe.Add(d, 1)
+	}
+	return d
 }
