@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rivet-hpc/rivet/internal/tsc"
 )
 
 // The latency loops time each operation with stamp, which is the
@@ -25,13 +27,13 @@ var (
 func calibrate() {
 	clockOnce.Do(func() {
 		src, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-		if !haveTSC || err != nil || strings.TrimSpace(string(src)) != "tsc" {
+		if !tsc.Have || err != nil || strings.TrimSpace(string(src)) != "tsc" {
 			return
 		}
-		t0, c0 := time.Now(), rdtsc()
+		t0, c0 := time.Now(), tsc.Read()
 		for time.Since(t0) < 20*time.Millisecond {
 		}
-		c1, d := rdtsc(), time.Since(t0)
+		c1, d := tsc.Read(), time.Since(t0)
 		if c1 <= c0 {
 			return
 		}
@@ -42,7 +44,7 @@ func calibrate() {
 // stamp is a reading of the latency loops' clock, in ticks.
 func stamp() int64 {
 	if useTSC {
-		return int64(rdtsc())
+		return int64(tsc.Read())
 	}
 	return nanotime()
 }
