@@ -657,14 +657,10 @@ func (v *verbsProvider) takeDirect(e *engine, w int, ctx uint32, src, tag int, b
 	wc := &v.wcs[0]
 	if wc.Status == verbs.StatusSuccess && wc.ID&wrKindMask == wrRecv {
 		critpath.Arrived()
-		k := int(wc.ID & 0xff)
-		b := p.recv.Bytes()[k*vSlotSize : k*vSlotSize+int(wc.ByteLen)]
+		b := p.frame(int(wc.ID&0xff), int(wc.ByteLen))
 		var h hdr
 		if hl, c, ok := getHdr(b, &h); ok && h.kind == frameEager && h.size <= uint64(len(buf)) && matches(ctx, src, tag, &h) {
-			p.ready = true
-			if int32(c-p.acked) > 0 {
-				p.acked = c
-			}
+			p.heard(c)
 			copy(buf, b[hl:])
 			p.taken++ // posted again later, as in received
 			return int(h.size), int(h.tag), true, true
@@ -718,17 +714,14 @@ func (v *verbsProvider) complete(e *engine, wc *verbs.WorkCompletion) {
 // received handles a frame in receive buffer k of world rank w.
 func (v *verbsProvider) received(e *engine, w, k, n int) {
 	p := v.peers[w]
-	b := p.recv.Bytes()[k*vSlotSize : k*vSlotSize+n]
+	b := p.frame(k, n)
 	var h hdr
 	hl, c, ok := getHdr(b, &h)
 	if !ok {
 		v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("fabric: a %d-byte frame", n)})
 		return
 	}
-	p.ready = true // it sends, so its side is connected
-	if int32(c-p.acked) > 0 {
-		p.acked = c
-	}
+	p.heard(c)
 	switch h.kind {
 	case frameFIN:
 		v.unstage(h.id) // the peer has read it
@@ -743,6 +736,18 @@ func (v *verbsProvider) received(e *engine, w, k, n int) {
 	// posted later, with others (vRepostBatch): not between this frame and
 	// whatever the process sends in answer to it.
 	p.taken++
+}
+
+// frame is the n bytes that arrived in p's receive buffer k.
+func (p *verbsPeer) frame(k, n int) []byte { return p.recv.Bytes()[k*vSlotSize : k*vSlotSize+n] }
+
+// heard takes what a frame from p tells beyond its message: p's side is
+// connected (it sends), and its count c of our frames it has consumed.
+func (p *verbsPeer) heard(c uint32) {
+	p.ready = true
+	if int32(c-p.acked) > 0 {
+		p.acked = c
+	}
 }
 
 // repost posts p's buffers taken since it last ran again, with one call,
