@@ -72,6 +72,12 @@ type CQConfig struct {
 	Channel *CompChannel
 	// Vector is the completion vector (interrupt); 0 is fine on rxe.
 	Vector int
+	// Unlocked makes Poll take no lock: the caller promises that no Poll
+	// runs at the same time as another Poll or Close, as with ibverbs'
+	// IBV_CREATE_CQ_ATTR_SINGLE_THREADED. A lock's acquire and release
+	// are the dearest part of an empty poll; an engine that serializes its
+	// progress under its own lock has no use for a second one.
+	Unlocked bool
 }
 
 // CQ is a completion queue (ibv_cq).
@@ -83,6 +89,7 @@ type CQ struct {
 
 	lifetime // children: the QPs that use it; mu also guards ring
 	ring     *rxe.Queue
+	unlocked bool // CQConfig.Unlocked: the caller serializes Poll
 }
 
 // NewCQ creates a completion queue.
@@ -113,7 +120,8 @@ func (c *Context) NewCQ(cfg CQConfig) (*CQ, error) {
 		release()
 		return nil, c.wrap(err)
 	}
-	cq := &CQ{ctx: c, handle: r.CQHandle, id: id, channel: cfg.Channel, lifetime: lifetime{kind: "CQ"}}
+	cq := &CQ{ctx: c, handle: r.CQHandle, id: id, channel: cfg.Channel, lifetime: lifetime{kind: "CQ"},
+		unlocked: cfg.Unlocked}
 	buf, err := c.uv.MmapRing(r.MI)
 	if err == nil {
 		cq.ring, err = rxe.NewQueue(buf)
@@ -147,9 +155,14 @@ func (cq *CQ) Cap() int { return int(cq.ring.Capacity()) }
 func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 	// No defer: this is the busiest loop of every waiting process, and
 	// nothing in it can panic.
-	cq.mu.Lock()
+	locked := !cq.unlocked
+	if locked {
+		cq.mu.Lock()
+	}
 	if cq.closed {
-		cq.mu.Unlock()
+		if locked {
+			cq.mu.Unlock()
+		}
 		return 0, ErrClosed
 	}
 	n := 0
@@ -169,7 +182,9 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 		cq.ring.Consume()
 		n++
 	}
-	cq.mu.Unlock()
+	if locked {
+		cq.mu.Unlock()
+	}
 	return n, nil
 }
 

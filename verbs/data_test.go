@@ -156,11 +156,14 @@ func TestAtomics(t *testing.T) {
 
 // TestDeepQueueUnsignaled streams far more writes than the send queue
 // holds, signaling one in eight: the ring wraps hundreds of times and
-// slots come back as the device completes them, signaled or not.
+// slots come back as the device completes them, signaled or not. One
+// goroutine does everything, so the QPs and CQs are Unlocked, as the
+// fabric's are.
 func TestDeepQueueUnsignaled(t *testing.T) {
 	for _, p := range devicePairs(t) {
 		t.Run(p[0]+"-"+p[1], func(t *testing.T) {
-			a, b := connectPair(t, p[0], p[1], sideConfig{QPConfig: QPConfig{MaxSendWR: 16, MaxRecvWR: 16}, cqSize: 64})
+			a, b := connectPair(t, p[0], p[1], sideConfig{QPConfig: QPConfig{MaxSendWR: 16, MaxRecvWR: 16, Unlocked: true},
+				cqSize: 64, unlockedCQ: true})
 			const total, every, size = 20000, 8, 64
 			src := a.mr.Bytes()
 			for i := 0; i < 4096; i++ {

@@ -11,7 +11,9 @@
 //
 // Concurrency: distinct QPs and CQs may be used from different goroutines.
 // A QP's send side and receive side are each locked, as is a CQ's poll, so
-// sharing one object between goroutines is safe but serializes them.
+// sharing one object between goroutines is safe but serializes them. A
+// caller that serializes its own calls can turn those locks off
+// (QPConfig.Unlocked, CQConfig.Unlocked).
 //
 // See docs/verbs.md for the model, the error semantics and the numbers.
 package verbs

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/rivet-hpc/rivet/internal/rxe"
@@ -52,22 +53,76 @@ func fakeQP(t testing.TB) (*QP, *CQ, *MR, []byte, []byte) {
 
 // BenchmarkFastPathUserSpace posts an atomic, plays the kernel (consume the
 // WQE, write a completion), and polls it: everything Rivet does per
-// operation except the kernel's own work.
+// operation except the kernel's own work. "unlocked" is the same with
+// QPConfig.Unlocked and CQConfig.Unlocked.
 func BenchmarkFastPathUserSpace(b *testing.B) {
-	qp, cq, mr, sqBuf, cqBuf := fakeQP(b)
-	wr := SendWR{Op: OpFetchAdd, Flags: Signaled, Local: []SGE{{MR: mr, Length: 8}}, Remote: RemoteBuf{Addr: 64, RKey: 2}, CompareAdd: 1}
-	wcs := make([]WorkCompletion, 1)
-	b.ReportAllocs()
-	var i uint32
-	for b.Loop() {
-		if err := qp.PostSend(wr); err != nil {
-			b.Fatal(err)
+	for _, unlocked := range []bool{false, true} {
+		b.Run(map[bool]string{false: "locked", true: "unlocked"}[unlocked], func(b *testing.B) {
+			qp, cq, mr, sqBuf, cqBuf := fakeQP(b)
+			qp.unlocked, cq.unlocked = unlocked, unlocked
+			wr := SendWR{Op: OpFetchAdd, Flags: Signaled, Local: []SGE{{MR: mr, Length: 8}}, Remote: RemoteBuf{Addr: 64, RKey: 2}, CompareAdd: 1}
+			wcs := make([]WorkCompletion, 1)
+			b.ReportAllocs()
+			var i uint32
+			for b.Loop() {
+				if err := qp.PostSend(wr); err != nil {
+					b.Fatal(err)
+				}
+				i++
+				binary.NativeEndian.PutUint32(sqBuf[256:], i&7) // the kernel consumed the WQE
+				binary.NativeEndian.PutUint32(cqBuf[128:], i&7) // and produced a completion
+				if n, err := cq.Poll(wcs); n != 1 || err != nil {
+					b.Fatalf("poll: %d, %v", n, err)
+				}
+			}
+		})
+	}
+}
+
+// TestUnlockedTakesNoLock: with Unlocked, posts and polls go ahead while
+// their locks are held elsewhere; without it, they wait for them.
+func TestUnlockedTakesNoLock(t *testing.T) {
+	for _, unlocked := range []bool{false, true} {
+		qp, cq, mr, _, _ := fakeQP(t)
+		qp.unlocked, cq.unlocked = unlocked, unlocked
+		qp.sqMu.Lock()
+		qp.rqMu.Lock()
+		cq.mu.Lock()
+		done := make(chan error, 1)
+		go func() {
+			wcs := make([]WorkCompletion, 1)
+			_, err := cq.Poll(wcs)
+			done <- errors.Join(err,
+				qp.PostSend(SendWR{Op: OpSend, Local: []SGE{{MR: mr, Length: 8}}}),
+				qp.PostSendInline(1, 0, []byte("head"), []byte("tail")),
+				qp.PostRecv(RecvWR{Local: []SGE{{MR: mr, Length: 8}}}))
+		}()
+		select {
+		case err := <-done:
+			if !unlocked {
+				t.Fatalf("locked: the calls went ahead while their locks were held (%v)", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(map[bool]time.Duration{false: 100 * time.Millisecond, true: 10 * time.Second}[unlocked]):
+			if unlocked {
+				t.Fatal("unlocked: the calls waited for locks they should not take")
+			}
 		}
-		i++
-		binary.NativeEndian.PutUint32(sqBuf[256:], i&7) // the kernel consumed the WQE
-		binary.NativeEndian.PutUint32(cqBuf[128:], i&7) // and produced a completion
-		if n, err := cq.Poll(wcs); n != 1 || err != nil {
-			b.Fatalf("poll: %d, %v", n, err)
+		cq.mu.Unlock()
+		qp.rqMu.Unlock()
+		qp.sqMu.Unlock()
+		if !unlocked {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := qp.sq.Outstanding(); n != 2 {
+			t.Errorf("unlocked %v: %d sends posted, want 2", unlocked, n)
+		}
+		if n := qp.rq.Outstanding(); n != 1 {
+			t.Errorf("unlocked %v: %d receives posted, want 1", unlocked, n)
 		}
 	}
 }

@@ -23,8 +23,9 @@ type side struct {
 
 type sideConfig struct {
 	QPConfig
-	bufSize int
-	cqSize  int
+	bufSize    int
+	cqSize     int
+	unlockedCQ bool // CQConfig.Unlocked for both CQs
 }
 
 func openSide(t testing.TB, dev string, cfg sideConfig) *side {
@@ -42,11 +43,11 @@ func openSide(t testing.TB, dev string, cfg sideConfig) *side {
 	if cfg.cqSize == 0 {
 		cfg.cqSize = 1024
 	}
-	if s.scq, err = ctx.NewCQ(CQConfig{Size: cfg.cqSize}); err != nil {
+	if s.scq, err = ctx.NewCQ(CQConfig{Size: cfg.cqSize, Unlocked: cfg.unlockedCQ}); err != nil {
 		t.Fatal(err)
 	}
 	s.opened = append(s.opened, s.scq)
-	if s.rcq, err = ctx.NewCQ(CQConfig{Size: cfg.cqSize}); err != nil {
+	if s.rcq, err = ctx.NewCQ(CQConfig{Size: cfg.cqSize, Unlocked: cfg.unlockedCQ}); err != nil {
 		t.Fatal(err)
 	}
 	s.opened = append(s.opened, s.rcq)

@@ -84,6 +84,9 @@ type RecvWR struct {
 // a signaled request at least once per queue depth so that completions
 // report progress. The send CQ must have room for every signaled request.
 func (qp *QP) PostSend(wrs ...SendWR) error {
+	if qp.unlocked {
+		return qp.postSend(wrs)
+	}
 	qp.sqMu.Lock()
 	err := qp.postSend(wrs)
 	qp.sqMu.Unlock()
@@ -128,6 +131,9 @@ func (qp *QP) postSend(wrs []SendWR) error {
 // Signaled, Solicited and Fence; len(head)+len(tail) must fit the QP's
 // inline capacity (QPConfig.MaxInline). It allocates nothing.
 func (qp *QP) PostSendInline(id uint64, flags SendFlags, head, tail []byte) error {
+	if qp.unlocked {
+		return qp.postSendInline(id, flags, head, tail)
+	}
 	qp.sqMu.Lock()
 	err := qp.postSendInline(id, flags, head, tail)
 	qp.sqMu.Unlock()
@@ -299,6 +305,9 @@ func (qp *QP) writeSend(slot unsafe.Pointer, wr *SendWR) {
 // doorbell: the device reads it when a message arrives. All or nothing, and
 // no allocation, as with PostSend.
 func (qp *QP) PostRecv(wrs ...RecvWR) error {
+	if qp.unlocked {
+		return qp.postRecv(wrs)
+	}
 	qp.rqMu.Lock()
 	err := qp.postRecv(wrs)
 	qp.rqMu.Unlock()

@@ -59,6 +59,12 @@ type QPConfig struct {
 	SignalAll      bool   // every send completes with a completion, whatever its flags
 	Port           int    // 0 means 1
 	Access         Access // what the peer may do to our memory through this QP; 0 means AccessAll
+	// Unlocked makes PostSend, PostSendInline and PostRecv take no lock:
+	// the caller promises that no post runs at the same time as another
+	// post to the same queue, a state change (Connect, SetError, …) or
+	// Close, as with an ibverbs QP in a thread domain. See
+	// CQConfig.Unlocked.
+	Unlocked bool
 }
 
 // QP is a queue pair (ibv_qp). A new QP is in INIT: receives may be posted
@@ -88,6 +94,8 @@ type QP struct {
 	rq     *rxe.Queue
 	state  QPState
 	closed bool
+
+	unlocked bool // QPConfig.Unlocked: the caller serializes posts
 
 	timeout uint8
 	retries uint8
@@ -150,7 +158,7 @@ func (pd *PD) NewQP(cfg QPConfig) (*QP, error) {
 		return nil, err
 	}
 	qp := &QP{pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, id: c.nextID.Add(1), port: cfg.Port,
-		psn: rand.Uint32() & 0xffffff, maxMsg: port.MaxMsgSize}
+		psn: rand.Uint32() & 0xffffff, maxMsg: port.MaxMsgSize, unlocked: cfg.Unlocked}
 	if err := qp.create(cfg); err != nil {
 		cfg.RecvCQ.release()
 		cfg.SendCQ.release()

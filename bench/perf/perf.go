@@ -313,11 +313,11 @@ func newEnv(cfg Config) (e *env, err error) {
 	if cfg.isBW() {
 		sendDepth, recvDepth = cfg.TxDepth, 16
 	}
-	if e.scq, err = e.ctx.NewCQ(verbs.CQConfig{Size: sendDepth}); err != nil {
+	if e.scq, err = e.ctx.NewCQ(verbs.CQConfig{Size: sendDepth, Unlocked: true}); err != nil {
 		return nil, err
 	}
 	e.opened = append(e.opened, e.scq)
-	if e.rcq, err = e.ctx.NewCQ(verbs.CQConfig{Size: recvDepth}); err != nil {
+	if e.rcq, err = e.ctx.NewCQ(verbs.CQConfig{Size: recvDepth, Unlocked: true}); err != nil {
 		return nil, err
 	}
 	e.opened = append(e.opened, e.rcq)
@@ -331,7 +331,7 @@ func newEnv(cfg Config) (e *env, err error) {
 	}
 	e.opened = append(e.opened, e.mr)
 	e.qp, err = e.pd.NewQP(verbs.QPConfig{SendCQ: e.scq, RecvCQ: e.rcq, MaxSendWR: sendDepth, MaxRecvWR: recvDepth,
-		MaxInline: cfg.Inline, Port: cfg.IBPort})
+		MaxInline: cfg.Inline, Port: cfg.IBPort, Unlocked: true}) // one goroutine uses them all
 	if err != nil {
 		return nil, err
 	}
