@@ -59,12 +59,15 @@ perf() {
 	# core: rank 0 on CPU 0, rank 1 on CPU 1), and as bench/perftest.sh
 	# pins perftest. Until session 18 this loop ran unpinned, which made
 	# it slower than the ranks it was compared with.
-	taskset -c 1 "$BIN/rivet" perf "$1" -d $dev -x "$gid" -s "$2" -n "$3" -p $port >/dev/null 2>&1 &
+	# The server has a time limit too: one whose client never came would
+	# otherwise hold up the whole run at the wait below (one run did, for
+	# half an hour, until rxevm's own limit).
+	timeout 150 taskset -c 1 "$BIN/rivet" perf "$1" -d $dev -x "$gid" -s "$2" -n "$3" -p $port >/dev/null 2>&1 &
 	local spid=$!
 	sleep 1
 	timeout 120 taskset -c 0 "$BIN/rivet" perf "$1" -d $dev -x "$gid" -s "$2" -n "$3" -p $port 127.0.0.1 2>&1 |
 		grep -E '^ +[0-9]' | tail -1 | awk -v c="$4" '{n = split(c, k, ","); s = $k[1]; for (i = 2; i <= n; i++) s = s " " $k[i]; print s}'
-	wait $spid || true
+	wait $spid || echo "# perf $1 $2: the server ended with status $? (124: killed at its time limit)" >&2
 }
 row() { grep -E '^[0-9]' | awk '{print $2}' | tail -1; }
 # latrow PREFIX: keeps the mean (stdout) and, with PCT, the median and

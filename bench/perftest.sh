@@ -37,7 +37,9 @@ run_pair() {
 	while [ "$1" != "--" ]; do srv+=("$1"); shift; done
 	shift
 	cli=("$@")
-	taskset -c "$srv_cpu" "${srv[@]}" >/tmp/perftest-srv.log 2>&1 &
+	# A time limit for the server too: one whose client never came would
+	# hold up the whole run at the wait below.
+	timeout 150 taskset -c "$srv_cpu" "${srv[@]}" >/tmp/perftest-srv.log 2>&1 &
 	local spid=$!
 	sleep 0.5
 	timeout 120 taskset -c "$cli_cpu" "${cli[@]}" 2>&1 | grep -E '^ +[0-9]' | tail -1 || true
