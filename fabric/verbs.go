@@ -591,9 +591,7 @@ func (v *verbsProvider) poll(e *engine, budget int) int {
 		v.deferred = v.deferred[1:]
 	}
 	for _, p := range v.byIx {
-		if p.taken-p.consumed >= vRepostBatch && !p.dead {
-			v.repost(p)
-		}
+		v.repostDue(p)
 	}
 	got := v.drain(e, v.cq, min(budget, len(v.wcs)))
 	// Receives: a few frames per peer per round, starting with a
@@ -649,12 +647,10 @@ func (v *verbsProvider) takeDirect(e *engine, w int, ctx uint32, src, tag int, b
 	if p == nil {
 		return 0, 0, false, false // not connected: nothing can have come
 	}
-	if p.taken-p.consumed >= vRepostBatch && !p.dead {
-		// As poll would. Here too, since a receive whose message is
-		// already waiting returns without the general progress: the
-		// sender must not run out of credits in a stream of those.
-		v.repost(p)
-	}
+	// As poll does. Here too, since a receive whose message is already
+	// waiting returns without the general progress: the sender must not
+	// run out of credits in a stream of those.
+	v.repostDue(p)
 	if k, err := p.rcq.Poll(v.wcs[:1]); k == 0 || err != nil {
 		return 0, 0, false, false
 	}
@@ -751,6 +747,13 @@ func (p *verbsPeer) heard(c uint32) {
 	p.ready = true
 	if int32(c-p.acked) > 0 {
 		p.acked = c
+	}
+}
+
+// repostDue reposts p's taken buffers once a batch of them is due.
+func (v *verbsProvider) repostDue(p *verbsPeer) {
+	if p.taken-p.consumed >= vRepostBatch && !p.dead {
+		v.repost(p)
 	}
 }
 
