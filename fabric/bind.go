@@ -3,6 +3,7 @@ package fabric
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -14,6 +15,13 @@ import (
 // pinning, two busy-polling ranks and the runtime's own threads share
 // the CPUs as the scheduler likes, and small-message latency varies by
 // 3× between runs.
+//
+// It then brings GOMAXPROCS down to the one CPU at once. The runtime
+// would do so itself, but only at its next look at the CPU mask, up to a
+// second later: a benchmark's whole timed loop can run before then, with
+// a second P whose idle threads wake and spin on the rank's own CPU. A
+// GOMAXPROCS in the environment, or a value the program set other than
+// the start-up default, is left alone.
 func bindFromEnv() error {
 	v := os.Getenv("RIVET_CPU")
 	if v == "" {
@@ -37,6 +45,9 @@ func bindFromEnv() error {
 		if err := unix.SchedSetaffinity(tid, &set); err != nil && err != unix.ESRCH {
 			return fmt.Errorf("fabric: binding to CPU %d: %w", cpu, os.NewSyscallError("sched_setaffinity", err))
 		}
+	}
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) == runtime.NumCPU() && runtime.NumCPU() > 1 {
+		runtime.SetDefaultGOMAXPROCS()
 	}
 	return nil
 }
