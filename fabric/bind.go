@@ -19,9 +19,10 @@ import (
 // It then brings GOMAXPROCS down to the one CPU at once. The runtime
 // would do so itself, but only at its next look at the CPU mask, up to a
 // second later: a benchmark's whole timed loop can run before then, with
-// a second P whose idle threads wake and spin on the rank's own CPU. A
-// GOMAXPROCS in the environment, or a value the program set other than
-// the start-up default, is left alone.
+// a second P, so that each of the runtime's preemptions wakes another
+// thread on the rank's CPU to take the goroutine over. A GOMAXPROCS in
+// the environment, or a value the program set other than the start-up
+// default, is left alone.
 func bindFromEnv() error {
 	v := os.Getenv("RIVET_CPU")
 	if v == "" {
