@@ -47,7 +47,7 @@ func bindFromEnv() error {
 			return fmt.Errorf("fabric: binding to CPU %d: %w", cpu, os.NewSyscallError("sched_setaffinity", err))
 		}
 	}
-	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) == runtime.NumCPU() && runtime.NumCPU() > 1 {
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) == runtime.NumCPU() {
 		runtime.SetDefaultGOMAXPROCS()
 	}
 	return nil
