@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/internal/sysmon"
 )
 
 func init() {
@@ -21,17 +23,22 @@ func init() {
 var bindStartProcs int
 
 // progBind reports what Init did with RIVET_CPU: the CPUs every thread
-// may run on, and GOMAXPROCS before and after.
+// may run on, GOMAXPROCS before and after, and the runtime monitor's
+// policy with the number of threads under SCHED_IDLE.
 func progBind(ctx context.Context, ep *Endpoint) error {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return err
 	}
 	cpus := map[string]bool{}
+	idle := 0 // threads under SCHED_IDLE
 	for _, t := range tasks {
 		tid, err := strconv.Atoi(t.Name())
 		if err != nil {
 			continue
+		}
+		if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy == unix.SCHED_IDLE {
+			idle++
 		}
 		var set unix.CPUSet
 		if err := unix.SchedGetaffinity(tid, &set); err != nil {
@@ -49,7 +56,7 @@ func progBind(ctx context.Context, ep *Endpoint) error {
 	for m := range cpus {
 		masks = append(masks, m)
 	}
-	fmt.Printf("rank %d: cpus %v gomaxprocs %d -> %d\n", ep.World().Rank(), masks, bindStartProcs, runtime.GOMAXPROCS(0))
+	fmt.Printf("rank %d: cpus %v gomaxprocs %d -> %d, sysmon %s (%d idle)\n", ep.World().Rank(), masks, bindStartProcs, runtime.GOMAXPROCS(0), sysmon.State(), idle)
 	return nil
 }
 
@@ -58,7 +65,8 @@ func progBind(ctx context.Context, ep *Endpoint) error {
 // Init returns, not when the runtime next looks at the CPU mask (its own
 // look is turned off here, so only Init can have done it). A GOMAXPROCS
 // in the environment wins, and a RIVET_CPU that is not a CPU number is
-// an error.
+// an error. Pinned, the runtime's monitor thread, and it alone, runs
+// under SCHED_IDLE unless RIVET_SYSMON=normal.
 func TestBindFromEnv(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs 2 CPUs to see GOMAXPROCS come down")
@@ -66,17 +74,27 @@ func TestBindFromEnv(t *testing.T) {
 	n := runtime.NumCPU()
 	out := runOK(t, 2, "bind", "RIVET_CPU=1", "GODEBUG=updatemaxprocs=0")
 	for r := 0; r < 2; r++ {
-		if want := fmt.Sprintf("rank %d: cpus [1] gomaxprocs %d -> 1\n", r, n); !strings.Contains(out, want) {
+		if want := fmt.Sprintf("rank %d: cpus [1] gomaxprocs %d -> 1, sysmon idle (1 idle)\n", r, n); !strings.Contains(out, want) {
 			t.Errorf("RIVET_CPU=1: want %q in\n%s", want, out)
 		}
 	}
 	out = runOK(t, 2, "bind", "RIVET_CPU=0", "GOMAXPROCS=3")
 	for r := 0; r < 2; r++ {
-		if want := fmt.Sprintf("rank %d: cpus [0] gomaxprocs 3 -> 3\n", r); !strings.Contains(out, want) {
+		if want := fmt.Sprintf("rank %d: cpus [0] gomaxprocs 3 -> 3, sysmon idle (1 idle)\n", r); !strings.Contains(out, want) {
 			t.Errorf("RIVET_CPU=0 GOMAXPROCS=3: want %q in\n%s", want, out)
 		}
 	}
-	_, errs, st := runJob(t, 1, "bind", false, "RIVET_CPU=first")
+	out = runOK(t, 2, "bind", "RIVET_CPU=1", "RIVET_SYSMON=normal")
+	for r := 0; r < 2; r++ {
+		if want := fmt.Sprintf("rank %d: cpus [1] gomaxprocs %d -> 1, sysmon normal (0 idle)\n", r, n); !strings.Contains(out, want) {
+			t.Errorf("RIVET_CPU=1 RIVET_SYSMON=normal: want %q in\n%s", want, out)
+		}
+	}
+	_, errs, st := runJob(t, 1, "bind", false, "RIVET_SYSMON=low")
+	if st == 0 || !strings.Contains(errs, `fabric: sysmon: RIVET_SYSMON="low": want idle, normal or auto`) {
+		t.Errorf("RIVET_SYSMON=low: status %d, stderr:\n%s", st, errs)
+	}
+	_, errs, st = runJob(t, 1, "bind", false, "RIVET_CPU=first")
 	if st == 0 || !strings.Contains(errs, `RIVET_CPU="first" is not a CPU number`) {
 		t.Errorf("RIVET_CPU=first: status %d, stderr:\n%s", st, errs)
 	}

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/internal/sysmon"
 )
 
 var randRead = rand.Read
@@ -71,6 +73,9 @@ func InitWith(ctx context.Context, b Bootstrap, opts ...Option) (*Endpoint, erro
 	}
 	if err := bindFromEnv(); err != nil {
 		return nil, err
+	}
+	if err := sysmon.FromEnv(); err != nil {
+		return nil, fmt.Errorf("fabric: %w", err)
 	}
 	ep := &Endpoint{boot: b, rank: b.Rank(), size: b.Size(), opts: o}
 	ep.e = newEngine(ep.rank, ep.size)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rivet-hpc/rivet/internal/godebug"
+	"github.com/rivet-hpc/rivet/internal/sysmon"
 )
 
 const rule = "---------------------------------------------------------------------------------------"
@@ -35,7 +36,7 @@ func printHeader(w io.Writer, cfg Config, e *env) {
 	fmt.Fprintf(w, " Mtu             : %d[B]\n", e.mtu.Bytes())
 	fmt.Fprintf(w, " Link type       : Ethernet\n")
 	fmt.Fprintf(w, " Max inline data : %d[B]\n", cfg.Inline)
-	fmt.Fprintf(w, " Go runtime      : GOMAXPROCS %d, async preemption %s\n", runtime.GOMAXPROCS(0), godebug.State(os.Getenv("GODEBUG")))
+	fmt.Fprintf(w, " Go runtime      : GOMAXPROCS %d, async preemption %s, sysmon %s\n", runtime.GOMAXPROCS(0), godebug.State(os.Getenv("GODEBUG")), sysmon.State())
 	fmt.Fprintln(w, rule)
 	ep := e.qp.Endpoint(e.gid)
 	fmt.Fprintf(w, " local address: LID 0000 QPN %#06x PSN %#06x RKey %#08x VAddr %#016x\n GID: %s\n",

@@ -13,6 +13,7 @@ import (
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/godebug"
 	"github.com/rivet-hpc/rivet/internal/launch"
+	"github.com/rivet-hpc/rivet/internal/sysmon"
 )
 
 const benchUsage = `usage: rivet bench [-np N] [TEST|all] [OSU options]
@@ -100,8 +101,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if over == "verbs" {
 			over += " (" + ep.Device() + ")"
 		}
-		fmt.Fprintf(stderr, "# rivet: %d ranks (%s); rank 1 over %s; async preemption %s\n",
-			w.Size(), ep.Launcher(), over, godebug.State(os.Getenv("GODEBUG")))
+		fmt.Fprintf(stderr, "# rivet: %d ranks (%s); rank 1 over %s; async preemption %s; sysmon %s\n",
+			w.Size(), ep.Launcher(), over, godebug.State(os.Getenv("GODEBUG")), sysmon.State())
 	}
 	// RIVET_CPUPROFILE=PREFIX writes each rank's CPU profile to
 	// PREFIX.RANK, for `go tool pprof`.

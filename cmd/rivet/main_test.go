@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -377,14 +378,15 @@ func asMain(extra ...string) []string {
 
 // TestBenchRuntimeSettings runs the whole bench command on shared memory:
 // its ranks run without asynchronous preemption, unless GODEBUG says
-// otherwise, and rank 0 says which.
+// otherwise, and with the runtime's monitor thread as it is — they are
+// not pinned — unless RIVET_SYSMON=idle lowers it, and rank 0 says which.
 func TestBenchRuntimeSettings(t *testing.T) {
 	for _, tc := range []struct {
 		env  []string
 		want string
 	}{
-		{nil, "async preemption off"},
-		{[]string{"GODEBUG=asyncpreemptoff=0"}, "async preemption on"},
+		{nil, "async preemption off; sysmon normal"},
+		{[]string{"GODEBUG=asyncpreemptoff=0", "RIVET_SYSMON=idle"}, "async preemption on; sysmon idle"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cmd := exec.CommandContext(ctx, os.Args[0], "bench", "osu_latency", "-m", "8:8", "-i", "50", "-x", "5")
@@ -404,21 +406,39 @@ func TestBenchRuntimeSettings(t *testing.T) {
 
 // TestPerfRuntimeSettings runs the whole command, re-execution included,
 // server and client over rxe, and reads the settings the client's header
-// reports: GOMAXPROCS 1 and no asynchronous preemption by default, and
-// what the environment says when it says something.
+// reports: GOMAXPROCS 1 and no asynchronous preemption by default, the
+// runtime's monitor thread under SCHED_IDLE when each side is pinned to
+// one CPU (as bench/perftest.sh runs them), and what the environment
+// says when it says something.
 func TestPerfRuntimeSettings(t *testing.T) {
 	devs := testutil.RXEDevices(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs to pin server and client apart")
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, tc := range []struct {
+		pin  bool
 		env  []string
 		want string
 	}{
-		{nil, "GOMAXPROCS 1, async preemption off"},
-		{[]string{"GODEBUG=asyncpreemptoff=0", "GOMAXPROCS=2"}, "GOMAXPROCS 2, async preemption on"},
+		{true, nil, "GOMAXPROCS 1, async preemption off, sysmon idle"},
+		{false, nil, "GOMAXPROCS 1, async preemption off, sysmon normal"},
+		{true, []string{"GODEBUG=asyncpreemptoff=0", "GOMAXPROCS=2", "RIVET_SYSMON=normal"}, "GOMAXPROCS 2, async preemption on, sysmon normal"},
 	} {
 		port := fmt.Sprint(18900 + i)
 		args := []string{"perf", "write_lat", "-d", devs[0], "-n", "100", "-p", port}
+		// command runs this program with args, on CPU cpu if tc.pin.
+		command := func(ctx context.Context, cpu string, args ...string) *exec.Cmd {
+			if tc.pin {
+				return exec.CommandContext(ctx, taskset, append([]string{"-c", cpu, os.Args[0]}, args...)...)
+			}
+			return exec.CommandContext(ctx, os.Args[0], args...)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		srv := exec.CommandContext(ctx, os.Args[0], args...)
+		srv := command(ctx, "1", args...)
 		srv.Env = asMain(tc.env...)
 		var srvOut bytes.Buffer
 		srv.Stdout, srv.Stderr = &srvOut, &srvOut
@@ -426,16 +446,16 @@ func TestPerfRuntimeSettings(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond) // the client retries its connection for a while, too
-		cli := exec.CommandContext(ctx, os.Args[0], append(args, "127.0.0.1")...)
+		cli := command(ctx, "0", append(args, "127.0.0.1")...)
 		cli.Env = srv.Env
 		out, err := cli.CombinedOutput()
 		srvErr := srv.Wait()
 		cancel()
 		if err != nil || srvErr != nil {
-			t.Fatalf("%v: client %v, server %v\n%s\n%s", tc.env, err, srvErr, out, srvOut.String())
+			t.Fatalf("pinned %v, %v: client %v, server %v\n%s\n%s", tc.pin, tc.env, err, srvErr, out, srvOut.String())
 		}
 		if !strings.Contains(string(out), " Go runtime      : "+tc.want+"\n") || !strings.Contains(string(out), "t_typical[usec]") {
-			t.Errorf("%v: the header does not say %q:\n%s", tc.env, tc.want, out)
+			t.Errorf("pinned %v, %v: the header does not say %q:\n%s", tc.pin, tc.env, tc.want, out)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/rivet-hpc/rivet/bench/perf"
+	"github.com/rivet-hpc/rivet/internal/sysmon"
 )
 
 const perfUsage = `usage: rivet perf <test> [flags] [server address]
@@ -53,6 +54,11 @@ func perfCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// needs no other.
 	if os.Getenv("GOMAXPROCS") == "" {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	}
+	// Pinned to one CPU (as bench/perftest.sh runs it), the runtime's
+	// monitor thread would preempt the loop every 10 ms.
+	if err := sysmon.FromEnv(); err != nil {
+		return err
 	}
 	_, err := perf.Run(ctx, cfg, stdout)
 	return err

@@ -1,0 +1,185 @@
+// Package sysmon lowers the Go runtime's monitor thread to the kernel's
+// SCHED_IDLE policy on processes confined to one CPU.
+//
+// The runtime's monitor ("sysmon") is a thread of its own, without a P,
+// that wakes every 10 ms while a goroutine runs: to preempt it, to poll
+// the network and to take Ps back from system calls. On a rank pinned to
+// one CPU each wake-up preempts the rank's busy-polling thread on the
+// spot. Under emulation such a wake costs 150–220 µs of the poll
+// thread's time, about 2% of each rank's CPU, and a ping-pong has both
+// ranks on its critical path (docs/performance.md, sessions 21–22).
+//
+// Under SCHED_IDLE a waking thread never preempts a normal one: the
+// monitor runs when the CPU would otherwise be idle — whenever the rank
+// blocks — or when the fair scheduler's accounting gives it a turn (its
+// weight is 3 against a normal thread's 1024), so its wakes come less
+// often and at the scheduler's tick. Nothing it does is lost, only
+// delayed while the rank polls: preemption of a goroutine that runs
+// long (the rank's own waits yield to other goroutines anyway), the
+// network poll (which the scheduler does too) and the periodic garbage
+// collection.
+//
+// The runtime does not say which thread is its monitor. It is the one
+// thread asleep in nanosleep(2) from runtime.usleep, read from
+// /proc/self/task/TID/syscall and the runtime's own symbol table; idle
+// threads sleep on futexes instead.
+package sysmon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotFound is returned when no thread looks like the runtime's monitor.
+var ErrNotFound = errors.New("sysmon: the Go runtime's monitor thread was not found")
+
+// EnvVar chooses what FromEnv does: "idle" lowers the monitor, "normal"
+// leaves it alone, and unset (or "auto") lowers it when the process may
+// run on one CPU only.
+const EnvVar = "RIVET_SYSMON"
+
+// demoted is the thread Demote lowered, 0 if none.
+var demoted atomic.Int64
+
+// scans bounds the search: a scan that finds the monitor runnable rather
+// than asleep yields the CPU to it and looks again.
+const scans = 64
+
+// FromEnv applies EnvVar's choice. In "auto" mode a monitor that cannot
+// be found or lowered is left as it is, and FromEnv returns nil: the
+// setting only makes things faster. Asked for by name, it must succeed.
+func FromEnv() error {
+	v := os.Getenv(EnvVar)
+	switch v {
+	case "normal":
+		return nil
+	case "idle":
+		if _, err := Demote(); err != nil {
+			return fmt.Errorf("%s=idle: %w", EnvVar, err)
+		}
+		return nil
+	case "", "auto":
+		if !oneCPU() {
+			return nil
+		}
+		Demote()
+		return nil
+	}
+	return fmt.Errorf("sysmon: %s=%q: want idle, normal or auto", EnvVar, v)
+}
+
+// oneCPU reports whether the calling thread may run on one CPU only, as
+// a rank pinned by rivetrun or mpirun --bind-to core.
+func oneCPU() bool {
+	var set unix.CPUSet
+	return unix.SchedGetaffinity(0, &set) == nil && set.Count() == 1
+}
+
+// Demote finds the runtime's monitor thread and sets its policy to
+// SCHED_IDLE, with SCHED_FLAG_RESET_ON_FORK so that the threads it
+// starts (it hands Ps to new ones) get the normal policy back. It
+// returns the thread's ID. Calling it again returns the same thread.
+func Demote() (int, error) {
+	if tid := demoted.Load(); tid != 0 {
+		return int(tid), nil
+	}
+	tid, err := find()
+	if err != nil {
+		return 0, err
+	}
+	attr := unix.SchedAttr{Policy: unix.SCHED_IDLE, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+	if err := unix.SchedSetAttr(tid, &attr, 0); err != nil {
+		return 0, fmt.Errorf("sysmon: thread %d: %w", tid, os.NewSyscallError("sched_setattr", err))
+	}
+	demoted.Store(int64(tid))
+	return tid, nil
+}
+
+// Demoted returns the thread Demote lowered, or 0 if it has not.
+func Demoted() int { return int(demoted.Load()) }
+
+// State is "idle" once Demote has lowered the monitor and "normal"
+// before, for benchmark headers.
+func State() string {
+	if Demoted() != 0 {
+		return "idle"
+	}
+	return "normal"
+}
+
+// find returns the one thread asleep in runtime.usleep, seen so in two
+// scans in a row. Between scans it yields the CPU: on a pinned rank the
+// monitor may be runnable, waiting for the very CPU this thread holds,
+// or in its deep sleep, from which the system calls of a scan wake it.
+func find() (int, error) {
+	self := unix.Gettid()
+	last := 0
+	for range scans {
+		tid, err := scan(self)
+		if err != nil {
+			return 0, err
+		}
+		if tid != 0 && tid == last {
+			return tid, nil
+		}
+		last = tid
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+	return 0, ErrNotFound
+}
+
+// scan returns the one thread other than self asleep in runtime.usleep,
+// or 0 if there is none or more than one.
+func scan(self int) (int, error) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0, fmt.Errorf("sysmon: %w", err)
+	}
+	found := 0
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil || tid == self {
+			continue
+		}
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/syscall")
+		if err != nil {
+			continue // the thread exited
+		}
+		if pc, ok := syscallPC(string(b)); ok && funcName(pc) == "runtime.usleep" {
+			if found != 0 {
+				return 0, nil
+			}
+			found = tid
+		}
+	}
+	return found, nil
+}
+
+// syscallPC parses /proc/PID/task/TID/syscall: "NR ARG1 … ARG6 SP PC"
+// for a thread blocked in a system call, "-1 SP PC" for one blocked
+// elsewhere, "running" for one that is not blocked.
+func syscallPC(s string) (uintptr, bool) {
+	f := strings.Fields(s)
+	if len(f) != 9 {
+		return 0, false
+	}
+	pc, err := strconv.ParseUint(strings.TrimPrefix(f[8], "0x"), 16, 64)
+	if err != nil {
+		return 0, false
+	}
+	return uintptr(pc), true
+}
+
+func funcName(pc uintptr) string {
+	if f := runtime.FuncForPC(pc); f != nil {
+		return f.Name()
+	}
+	return ""
+}

@@ -1,0 +1,187 @@
+package sysmon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A policy set on a thread stays for the life of the process, so each
+// case runs in a child: this test binary again, with childEnv naming
+// the case.
+const childEnv = "SYSMON_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if c := os.Getenv(childEnv); c != "" {
+		if err := children[c](); err != nil {
+			fmt.Println("FAIL:", err)
+			os.Exit(1)
+		}
+		fmt.Println("ok")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+var children = map[string]func() error{
+	"demote": childDemote,
+	"env":    childEnvChoice,
+}
+
+// runChild runs case c with env added and returns its output.
+func runChild(t *testing.T, c string, env ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// A race-enabled child would otherwise sleep a second at exit.
+	cmd.Env = append(os.Environ(), append([]string{childEnv + "=" + c, "GORACE=atexit_sleep_ms=0"}, env...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestDemote checks, in a child, that the thread Demote lowers is the
+// runtime's monitor — the one that wakes every few milliseconds while a
+// goroutine spins, where idle threads do not wake at all — and that it
+// alone ends up under SCHED_IDLE, with reset-on-fork.
+func TestDemote(t *testing.T) {
+	out, err := runChild(t, "demote")
+	if err != nil || !strings.HasSuffix(out, "ok\n") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(out))
+}
+
+func childDemote() error {
+	if State() != "normal" || Demoted() != 0 {
+		return fmt.Errorf("before Demote: state %s, thread %d", State(), Demoted())
+	}
+	tid, err := find()
+	if err != nil {
+		return err
+	}
+	// The monitor's sleeps shorten to 20 µs and grow back to 10 ms
+	// while a goroutine runs, so 200 ms of spinning wakes it a dozen
+	// times or more; an idle thread, asleep on a futex, not once.
+	before, err := wakeups(tid)
+	if err != nil {
+		return err
+	}
+	for start := time.Now(); time.Since(start) < 200*time.Millisecond; {
+	}
+	after, err := wakeups(tid)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("thread %d woke %d times in 200 ms of spinning\n", tid, after-before)
+	if after-before < 10 {
+		return fmt.Errorf("thread %d woke %d times in 200 ms: not the runtime's monitor", tid, after-before)
+	}
+	got, err := Demote()
+	if err != nil || got != tid {
+		return fmt.Errorf("Demote: thread %d, %v; want %d", got, err, tid)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, task := range tasks {
+		id, _ := strconv.Atoi(task.Name())
+		attr, err := unix.SchedGetAttr(id, 0)
+		if err != nil {
+			continue // the thread has gone
+		}
+		switch {
+		case id == tid && (attr.Policy != unix.SCHED_IDLE || attr.Flags&unix.SCHED_FLAG_RESET_ON_FORK == 0):
+			return fmt.Errorf("monitor %d: policy %d, flags %#x; want SCHED_IDLE with reset-on-fork", id, attr.Policy, attr.Flags)
+		case id != tid && attr.Policy != unix.SCHED_NORMAL:
+			return fmt.Errorf("thread %d: policy %d; only the monitor should have changed", id, attr.Policy)
+		}
+	}
+	if again, err := Demote(); err != nil || again != tid {
+		return fmt.Errorf("second Demote: thread %d, %v; want %d", again, err, tid)
+	}
+	if State() != "idle" || Demoted() != tid {
+		return fmt.Errorf("after Demote: state %s, thread %d", State(), Demoted())
+	}
+	return nil
+}
+
+// wakeups is a thread's count of voluntary context switches: one per
+// sleep it wakes from.
+func wakeups(tid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", tid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "voluntary_ctxt_switches:"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, errors.New("no voluntary_ctxt_switches in " + string(b))
+}
+
+// childEnvChoice pins its thread to CPU 0 if SYSMON_TEST_PIN is set,
+// then prints what FromEnv did.
+func childEnvChoice() error {
+	runtime.LockOSThread()
+	if os.Getenv("SYSMON_TEST_PIN") != "" {
+		var set unix.CPUSet
+		set.Set(0)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			return err
+		}
+	}
+	err := FromEnv()
+	fmt.Printf("sysmon %s, err %v\n", State(), err)
+	return nil
+}
+
+// TestFromEnv checks each RIVET_SYSMON choice: auto lowers the monitor
+// only on a process that runs on one CPU, idle always, normal never, and
+// anything else is an error.
+func TestFromEnv(t *testing.T) {
+	cases := []struct {
+		env  []string
+		want string
+	}{
+		{[]string{EnvVar + "=", "SYSMON_TEST_PIN=1"}, "sysmon idle, err <nil>"},
+		{[]string{EnvVar + "=auto", "SYSMON_TEST_PIN=1"}, "sysmon idle, err <nil>"},
+		{[]string{EnvVar + "=normal", "SYSMON_TEST_PIN=1"}, "sysmon normal, err <nil>"},
+		{[]string{EnvVar + "=idle"}, "sysmon idle, err <nil>"},
+		{[]string{EnvVar + "=low"}, `sysmon normal, err sysmon: RIVET_SYSMON="low": want idle, normal or auto`},
+	}
+	if runtime.NumCPU() > 1 {
+		cases = append(cases, struct {
+			env  []string
+			want string
+		}{[]string{EnvVar + "="}, "sysmon normal, err <nil>"})
+	}
+	for _, c := range cases {
+		out, err := runChild(t, "env", c.env...)
+		if err != nil || !strings.Contains(out, c.want+"\n") {
+			t.Errorf("%v: %v\n%s\nwant %q", c.env, err, out, c.want)
+		}
+	}
+}
+
+func TestSyscallPC(t *testing.T) {
+	for s, want := range map[string]uintptr{
+		"35 0xc000047f20 0x0 0x0 0x0 0x0 0x0 0x7f2a1c7fbd88 0x4729ee\n": 0x4729ee,
+		"running\n":                           0,
+		"-1 0x7ffd1b0c3a08 0x4729ee\n":        0,
+		"35 0x1 0x0 0x0 0x0 0x0 0x0 0x2 zz\n": 0,
+	} {
+		pc, ok := syscallPC(s)
+		if pc != want || ok != (want != 0) {
+			t.Errorf("syscallPC(%q) = %#x, %v; want %#x", s, pc, ok, want)
+		}
+	}
+}
