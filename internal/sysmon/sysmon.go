@@ -16,8 +16,9 @@
 // often and at the scheduler's tick. Nothing it does is lost, only
 // delayed while the rank polls: preemption of a goroutine that runs
 // long (the rank's own waits yield to other goroutines anyway), the
-// network poll (which the scheduler does too) and the periodic garbage
-// collection.
+// periodic garbage collection, and the network poll — so a goroutine
+// parked on the netpoller waits for the monitor's turn until the rank
+// blocks or sleeps and the scheduler polls the network itself.
 //
 // The runtime does not say which thread is its monitor. It is the one
 // thread asleep in nanosleep(2) from runtime.usleep, read from
