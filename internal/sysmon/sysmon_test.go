@@ -148,23 +148,21 @@ func childEnvChoice() error {
 // only on a process that runs on one CPU, idle always, normal never, and
 // anything else is an error.
 func TestFromEnv(t *testing.T) {
-	cases := []struct {
+	unpinned := "normal" // an unpinned process runs on every CPU
+	if runtime.NumCPU() == 1 {
+		unpinned = "idle"
+	}
+	for _, c := range []struct {
 		env  []string
 		want string
 	}{
+		{[]string{EnvVar + "="}, "sysmon " + unpinned + ", err <nil>"},
 		{[]string{EnvVar + "=", "SYSMON_TEST_PIN=1"}, "sysmon idle, err <nil>"},
 		{[]string{EnvVar + "=auto", "SYSMON_TEST_PIN=1"}, "sysmon idle, err <nil>"},
 		{[]string{EnvVar + "=normal", "SYSMON_TEST_PIN=1"}, "sysmon normal, err <nil>"},
 		{[]string{EnvVar + "=idle"}, "sysmon idle, err <nil>"},
 		{[]string{EnvVar + "=low"}, `sysmon normal, err sysmon: RIVET_SYSMON="low": want idle, normal or auto`},
-	}
-	if runtime.NumCPU() > 1 {
-		cases = append(cases, struct {
-			env  []string
-			want string
-		}{[]string{EnvVar + "="}, "sysmon normal, err <nil>"})
-	}
-	for _, c := range cases {
+	} {
 		out, err := runChild(t, "env", c.env...)
 		if err != nil || !strings.Contains(out, c.want+"\n") {
 			t.Errorf("%v: %v\n%s\nwant %q", c.env, err, out, c.want)
