@@ -1,6 +1,8 @@
 package collectives
 
 import (
+	"github.com/rivet-hpc/rivet/internal/reduce"
+
 	"github.com/rivet-hpc/rivet/fabric"
 )
 
@@ -146,8 +148,8 @@ func bcastScatterAllgather(s *fabric.Schedule, buf []byte, esz, me, n, root int)
 
 // scratchFor returns scratch space for reductions by op: nil when op
 // commutes (none is needed).
-func scratchFor(s *fabric.Schedule, op Op, n int) []byte {
-	if op.commutative {
+func scratchFor(s *fabric.Schedule, op reduce.Untyped, n int) []byte {
+	if op.Commutative {
 		return nil
 	}
 	return s.Scratch(n)
@@ -156,7 +158,7 @@ func scratchFor(s *fabric.Schedule, op Op, n int) []byte {
 // reduceBinomial reduces acc (this rank's operand, overwritten) to
 // relative rank 0, in relative-rank order; the caller keeps the order
 // right for non-commutative ops by rooting at rank 0.
-func reduceBinomial(s *fabric.Schedule, acc []byte, op Op, me, n, root int) {
+func reduceBinomial(s *fabric.Schedule, acc []byte, op reduce.Untyped, me, n, root int) {
 	vr := rel(me, root, n)
 	var tmp, scratch []byte
 	for mask := 1; mask < n; mask <<= 1 {
@@ -170,7 +172,7 @@ func reduceBinomial(s *fabric.Schedule, acc []byte, op Op, me, n, root int) {
 				tmp, scratch = s.Scratch(len(acc)), scratchFor(s, op, len(acc))
 			}
 			s.Recv(tmp, abs(src, root, n))
-			s.ReduceLeft(op.fn, acc, tmp, scratch)
+			s.ReduceLeft(op.Fn, acc, tmp, scratch)
 			s.Next()
 		}
 	}
@@ -180,7 +182,7 @@ func reduceBinomial(s *fabric.Schedule, acc []byte, op Op, me, n, root int) {
 // 2·rem ranks pair up (even into odd) so that a power of two take part,
 // exchange and reduce log2 times, and the odd ones hand the result back.
 // Operand order is kept, so it serves non-commutative ops too.
-func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int) {
+func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op reduce.Untyped, me, n int) {
 	pof2 := 1
 	for pof2*2 <= n {
 		pof2 *= 2
@@ -194,7 +196,7 @@ func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int
 		s.Next()
 	case me < 2*rem:
 		s.Recv(tmp, me-1)
-		s.Reduce(op.fn, tmp, acc)
+		s.Reduce(op.Fn, tmp, acc)
 		s.Next()
 		newrank = me / 2
 	default:
@@ -210,9 +212,9 @@ func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int
 			s.Send(acc, partner)
 			s.Recv(tmp, partner)
 			if np < newrank {
-				s.Reduce(op.fn, tmp, acc)
+				s.Reduce(op.Fn, tmp, acc)
 			} else {
-				s.ReduceLeft(op.fn, acc, tmp, scratch)
+				s.ReduceLeft(op.Fn, acc, tmp, scratch)
 			}
 			s.Next()
 		}
@@ -232,7 +234,7 @@ func allreduceRecursiveDoubling(s *fabric.Schedule, acc []byte, op Op, me, n int
 // of place (send not nil) it needs no copy and no scratch: each block is
 // received into recv and reduced there with this process's operand from
 // send, and the allgather then overwrites every block of recv.
-func allreduceRing(s *fabric.Schedule, send, acc []byte, op Op, esz, me, n int) {
+func allreduceRing(s *fabric.Schedule, send, acc []byte, op reduce.Untyped, esz, me, n int) {
 	count := len(acc) / esz
 	right, left := (me+1)%n, (me-1+n)%n
 	var tmp []byte
@@ -249,12 +251,12 @@ func allreduceRing(s *fabric.Schedule, send, acc []byte, op Op, esz, me, n int) 
 		if send != nil {
 			s.Send(out, right)
 			s.Recv(dst, left)
-			s.Reduce(op.fn, part(send, esz, count, n, rb), dst)
+			s.Reduce(op.Fn, part(send, esz, count, n, rb), dst)
 		} else {
 			in := tmp[:len(dst)]
 			s.Send(out, right)
 			s.Recv(in, left)
-			s.Reduce(op.fn, in, dst)
+			s.Reduce(op.Fn, in, dst)
 		}
 		s.Next()
 	}
@@ -267,7 +269,7 @@ func allreduceRing(s *fabric.Schedule, send, acc []byte, op Op, esz, me, n int) 
 }
 
 // allreduceReduceBcast: reduce to rank 0, then broadcast.
-func allreduceReduceBcast(s *fabric.Schedule, acc []byte, op Op, esz, me, n int) {
+func allreduceReduceBcast(s *fabric.Schedule, acc []byte, op reduce.Untyped, esz, me, n int) {
 	reduceBinomial(s, acc, op, me, n, 0)
 	bcastBinomial(s, acc, me, n, 0)
 }
@@ -466,7 +468,7 @@ func alltoallBruck(s *fabric.Schedule, send, recv []byte, blk, me, n int) {
 
 // scanRecursiveDoubling: inclusive (or, with exclusive, exclusive)
 // prefix reduction in rank order in log2 n exchanges.
-func scanRecursiveDoubling(s *fabric.Schedule, send, recv []byte, op Op, me, n int, exclusive bool) {
+func scanRecursiveDoubling(s *fabric.Schedule, send, recv []byte, op reduce.Untyped, me, n int, exclusive bool) {
 	partial := s.Scratch(len(send))
 	copy(partial, send)
 	tmp, scratch := s.Scratch(len(send)), scratchFor(s, op, len(send))
@@ -483,14 +485,14 @@ func scanRecursiveDoubling(s *fabric.Schedule, send, recv []byte, op Op, me, n i
 		s.Recv(tmp, partner)
 		if partner < me {
 			if have {
-				s.Reduce(op.fn, tmp, recv)
+				s.Reduce(op.Fn, tmp, recv)
 			} else {
 				s.Copy(recv, tmp)
 			}
-			s.Reduce(op.fn, tmp, partial)
+			s.Reduce(op.Fn, tmp, partial)
 			have = true
 		} else {
-			s.ReduceLeft(op.fn, partial, tmp, scratch)
+			s.ReduceLeft(op.Fn, partial, tmp, scratch)
 		}
 		s.Next()
 	}
@@ -498,7 +500,7 @@ func scanRecursiveDoubling(s *fabric.Schedule, send, recv []byte, op Op, me, n i
 
 // reduceScatterRing: n-1 steps passing partial sums of one block to the
 // right; rank me ends with block me reduced. Commutative ops only.
-func reduceScatterRing(s *fabric.Schedule, acc []byte, l layout, op Op, esz, me, n int) {
+func reduceScatterRing(s *fabric.Schedule, acc []byte, l layout, op reduce.Untyped, esz, me, n int) {
 	right, left := (me+1)%n, (me-1+n)%n
 	most := 0
 	for i := 0; i < n; i++ {
@@ -511,7 +513,7 @@ func reduceScatterRing(s *fabric.Schedule, acc []byte, l layout, op Op, esz, me,
 		in := tmp[:len(dst)]
 		s.Send(l.at(acc, esz, sb), right)
 		s.Recv(in, left)
-		s.Reduce(op.fn, in, dst)
+		s.Reduce(op.Fn, in, dst)
 		s.Next()
 	}
 }
@@ -521,7 +523,7 @@ func reduceScatterRing(s *fabric.Schedule, acc []byte, l layout, op Op, esz, me,
 // after folding the first 2·rem in pairs (as in recursive doubling). It
 // moves as little data as the ring in 2·log2 p rounds instead of 2(p-1),
 // and keeps operand order, so it serves non-commutative ops too.
-func allreduceRabenseifner(s *fabric.Schedule, acc []byte, op Op, esz, me, n int) {
+func allreduceRabenseifner(s *fabric.Schedule, acc []byte, op reduce.Untyped, esz, me, n int) {
 	p := 1
 	for p*2 <= n {
 		p *= 2
@@ -543,7 +545,7 @@ func allreduceRabenseifner(s *fabric.Schedule, acc []byte, op Op, esz, me, n int
 	case me < 2*rem:
 		tmp := s.Scratch(len(acc))
 		s.Recv(tmp, me-1)
-		s.Reduce(op.fn, tmp, acc)
+		s.Reduce(op.Fn, tmp, acc)
 		s.Next()
 		r = me / 2
 	default:
@@ -571,13 +573,13 @@ func allreduceRabenseifner(s *fabric.Schedule, acc []byte, op Op, esz, me, n int
 			s.Send(span(giveLo, giveHi), real(partner))
 			s.Recv(in, real(partner))
 			if partner < r {
-				s.Reduce(op.fn, in, keep)
+				s.Reduce(op.Fn, in, keep)
 			} else {
 				var sc []byte
 				if scratch != nil {
 					sc = scratch[:len(keep)]
 				}
-				s.ReduceLeft(op.fn, keep, in, sc)
+				s.ReduceLeft(op.Fn, keep, in, sc)
 			}
 			s.Next()
 			lo, hi = keepLo, keepHi

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/op"
 )
 
 func init() { progs["allocs"] = progAllocs }
@@ -24,13 +25,13 @@ func progAllocs(ctx context.Context, ep *fabric.Endpoint) error {
 		f    func() error
 	}{
 		{"barrier", func() error { return Barrier(ctx, c) }},
-		{"allreduce 8 B", func() error { return Allreduce(ctx, c, x, y, Sum[byte]()) }},
-		{"allreduce 1 MiB", func() error { return Allreduce(ctx, c, big, bigy, Sum[byte]()) }},
+		{"allreduce 8 B", func() error { return Allreduce(ctx, c, x, y, op.Sum[byte]()) }},
+		{"allreduce 1 MiB", func() error { return Allreduce(ctx, c, big, bigy, op.Sum[byte]()) }},
 		{"allgather 8 B", func() error { return Allgather(ctx, c, x, big[:8*c.Size()]) }},
 		{"alltoall 8 B (pairwise)", func() error { return Alltoall(ctx, c, big[:8*c.Size()], bigy[:8*c.Size()]) }},
 		{"alltoall 8 B (bruck)", func() error { return Alltoall(ctx, c, big[:8*c.Size()], bigy[:8*c.Size()]) }},
-		{"reduce_scatter_block 8 B", func() error { return ReduceScatterBlock(ctx, c, big[:8*c.Size()], y, Sum[byte]()) }},
-		{"scan 8 B", func() error { return Scan(ctx, c, x, y, Sum[byte]()) }},
+		{"reduce_scatter_block 8 B", func() error { return ReduceScatterBlock(ctx, c, big[:8*c.Size()], y, op.Sum[byte]()) }},
+		{"scan 8 B", func() error { return Scan(ctx, c, x, y, op.Sum[byte]()) }},
 		{"gather+scatter 8 B", func() error {
 			if err := Gather(ctx, c, x, big[:8*c.Size()], 0); err != nil {
 				return err

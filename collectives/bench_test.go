@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/op"
 )
 
 // BenchmarkOverhead measures what a collective costs beyond its
@@ -30,7 +31,7 @@ func BenchmarkOverhead(b *testing.B) {
 	b.Run("allreduce8", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if err := Allreduce(ctx, c, x, y, Sum[byte]()); err != nil {
+			if err := Allreduce(ctx, c, x, y, op.Sum[byte]()); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -28,6 +28,8 @@ import (
 	"unsafe"
 
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/reduce"
+	"github.com/rivet-hpc/rivet/op"
 )
 
 // ErrCount is returned for counts or buffers that do not fit the call.
@@ -176,14 +178,15 @@ func Ibcast[T any](c *fabric.Comm, buf []T, root int) (fabric.Request, error) {
 // Reduce combines every process's send with op into root's recv, in rank
 // order (MPI_Reduce). With send nil, root's recv holds its operand (in
 // place). recv matters only at root.
-func Reduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op, root int) error {
-	r, err := Ireduce(c, send, recv, op, root)
+func Reduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T], root int) error {
+	r, err := Ireduce(c, send, recv, o, root)
 	return wait(ctx, r, err)
 }
 
 // Ireduce is the nonblocking Reduce.
-func Ireduce[T any](c *fabric.Comm, send, recv []T, op Op, root int) (fabric.Request, error) {
-	if err := checkOp[T](op); err != nil {
+func Ireduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T], root int) (fabric.Request, error) {
+	ro, err := collOp(o)
+	if err != nil {
 		return fabric.Request{}, err
 	}
 	if c != nil && c.Rank() == root && send != nil && len(send) != len(recv) {
@@ -207,17 +210,17 @@ func Ireduce[T any](c *fabric.Comm, send, recv []T, op Op, root int) (fabric.Req
 		acc = s.Scratch(len(send) * size[T]())
 		copy(acc, bytesOf(send))
 	}
-	if op.commutative || root == 0 {
-		reduceBinomial(s, acc, op, me, n, root)
+	if ro.Commutative || root == 0 {
+		reduceBinomial(s, acc, ro, me, n, root)
 		return s.Start()
 	}
 	// Rank order needs the tree rooted at rank 0; it then hands over.
 	if me == 0 {
-		reduceBinomial(s, acc, op, me, n, 0)
+		reduceBinomial(s, acc, ro, me, n, 0)
 		s.Send(acc, root)
 		s.Next()
 	} else {
-		reduceBinomial(s, acc, op, me, n, 0)
+		reduceBinomial(s, acc, ro, me, n, 0)
 		if me == root {
 			s.Recv(acc, 0)
 			s.Next()
@@ -228,8 +231,8 @@ func Ireduce[T any](c *fabric.Comm, send, recv []T, op Op, root int) (fabric.Req
 
 // Allreduce combines every process's send with op into every recv
 // (MPI_Allreduce). With send nil, recv holds the operand (in place).
-func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
-	r, err := iallreduce(ctx, c, send, recv, op, true)
+func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]) error {
+	r, err := iallreduce(ctx, c, send, recv, o, true)
 	return wait(ctx, r, err)
 }
 
@@ -237,14 +240,15 @@ func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op
 // shared_slots algorithm, which needs each call to complete before the
 // next starts; MPI does not match blocking and nonblocking collectives
 // with each other, so the two may differ.)
-func Iallreduce[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
-	return iallreduce(context.Background(), c, send, recv, op, false)
+func Iallreduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
+	return iallreduce(context.Background(), c, send, recv, o, false)
 }
 
 // iallreduce starts an allreduce; a blocking one (ctx is its caller's)
 // may instead run to completion here, returning the null request.
-func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op, blocking bool) (fabric.Request, error) {
-	if err := checkOp[T](op); err != nil {
+func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T], blocking bool) (fabric.Request, error) {
+	ro, err := collOp(o)
+	if err != nil {
 		return fabric.Request{}, err
 	}
 	if send != nil && len(send) != len(recv) {
@@ -252,7 +256,7 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 	}
 	var algo Algorithm
 	if c != nil {
-		algo = choose("allreduce", len(recv)*size[T](), c.Size(), op.commutative)
+		algo = choose("allreduce", len(recv)*size[T](), c.Size(), ro.Commutative)
 	}
 	if blocking && c != nil && checkType[T]() == nil {
 		// The node algorithms run to completion here, or report that they
@@ -265,11 +269,11 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 		case SharedSlots:
 			acc := bytesOf(recv)
 			copy(acc, sb) // in place: sb is nil
-			if ok, err := c.NodeAllreduce(ctx, acc, op.fn); ok {
+			if ok, err := c.NodeAllreduce(ctx, acc, ro.Fn); ok {
 				return fabric.Request{}, err
 			}
 		case SharedChunks:
-			if ok, err := c.NodeAllreduceChunks(ctx, sb, bytesOf(recv), size[T](), op.fn); ok {
+			if ok, err := c.NodeAllreduceChunks(ctx, sb, bytesOf(recv), size[T](), ro.Fn); ok {
 				return fabric.Request{}, err
 			}
 		}
@@ -280,14 +284,14 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 	}
 	acc, me, n := bytesOf(recv), c.Rank(), c.Size()
 	if algo == SharedSlots || algo == SharedChunks {
-		algo = allreduceByMessages(len(acc), op.commutative)
+		algo = allreduceByMessages(len(acc), ro.Commutative)
 	}
 	if algo == Ring && n > 1 {
 		var sb []byte
 		if send != nil {
 			sb = bytesOf(send)
 		}
-		allreduceRing(s, sb, acc, op, size[T](), me, n)
+		allreduceRing(s, sb, acc, ro, size[T](), me, n)
 		return s.Start()
 	}
 	if send != nil {
@@ -295,11 +299,11 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op O
 	}
 	switch algo {
 	case Rabenseifner:
-		allreduceRabenseifner(s, acc, op, size[T](), me, n)
+		allreduceRabenseifner(s, acc, ro, size[T](), me, n)
 	case ReduceBcast:
-		allreduceReduceBcast(s, acc, op, size[T](), me, n)
+		allreduceReduceBcast(s, acc, ro, size[T](), me, n)
 	case RecursiveDoubling:
-		allreduceRecursiveDoubling(s, acc, op, me, n)
+		allreduceRecursiveDoubling(s, acc, ro, me, n)
 	default:
 		return unwired(s, "allreduce", algo)
 	}
@@ -625,14 +629,15 @@ func Ialltoallv[T any](c *fabric.Comm, send []T, scounts, sdispls []int, recv []
 // ReduceScatter reduces send (the sum of counts elements) with op and
 // leaves block i, of counts[i] elements, in process i's recv
 // (MPI_Reduce_scatter).
-func ReduceScatter[T any](ctx context.Context, c *fabric.Comm, send, recv []T, counts []int, op Op) error {
-	r, err := IreduceScatter(c, send, recv, counts, op)
+func ReduceScatter[T any](ctx context.Context, c *fabric.Comm, send, recv []T, counts []int, o op.Op[T]) error {
+	r, err := IreduceScatter(c, send, recv, counts, o)
 	return wait(ctx, r, err)
 }
 
 // IreduceScatter is the nonblocking ReduceScatter.
-func IreduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, op Op) (fabric.Request, error) {
-	if err := checkOp[T](op); err != nil {
+func IreduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, o op.Op[T]) (fabric.Request, error) {
+	ro, err := collOp(o)
+	if err != nil {
 		return fabric.Request{}, err
 	}
 	s, err := begin[T](c, noRoot)
@@ -650,25 +655,25 @@ func IreduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, op Op) 
 		}
 		displs[i], total = total, total+k
 	}
-	return reduceScatter(s, c, bytesOf(send), bytesOf(recv), len(send), len(recv), layout{counts: counts, displs: displs}, total, op, size[T]())
+	return reduceScatter(s, c, bytesOf(send), bytesOf(recv), len(send), len(recv), layout{counts: counts, displs: displs}, total, ro, size[T]())
 }
 
 // reduceScatter checks the buffers against the layout and builds the
 // schedule; sn and rn are the buffers' lengths in elements.
-func reduceScatter(s *fabric.Schedule, c *fabric.Comm, send, recv []byte, sn, rn int, l layout, total int, op Op, esz int) (fabric.Request, error) {
+func reduceScatter(s *fabric.Schedule, c *fabric.Comm, send, recv []byte, sn, rn int, l layout, total int, ro reduce.Untyped, esz int) (fabric.Request, error) {
 	me, n := c.Rank(), c.Size()
 	if sn != total || rn != l.count(me) {
 		return abandon(s, countErr("send has %d elements (counts sum to %d), recv %d (count %d)", sn, total, rn, l.count(me)))
 	}
 	acc := s.Scratch(len(send))
 	copy(acc, send)
-	switch a := choose("reduce_scatter", total*esz/n, n, op.commutative); a {
+	switch a := choose("reduce_scatter", total*esz/n, n, ro.Commutative); a {
 	case Ring:
-		reduceScatterRing(s, acc, l, op, esz, me, n)
+		reduceScatterRing(s, acc, l, ro, esz, me, n)
 		s.Copy(recv, l.at(acc, esz, me))
 	case ReduceScatterv:
 		// Reduce to rank 0 in rank order, then scatter the blocks.
-		reduceBinomial(s, acc, op, me, n, 0)
+		reduceBinomial(s, acc, ro, me, n, 0)
 		scatterLinear(s, acc, recv, l, esz, me, n, 0)
 		if me == 0 {
 			s.Copy(recv, l.at(acc, esz, 0))
@@ -681,49 +686,51 @@ func reduceScatter(s *fabric.Schedule, c *fabric.Comm, send, recv []byte, sn, rn
 
 // ReduceScatterBlock is ReduceScatter with equal blocks of len(recv)
 // elements (MPI_Reduce_scatter_block).
-func ReduceScatterBlock[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
-	r, err := IreduceScatterBlock(c, send, recv, op)
+func ReduceScatterBlock[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]) error {
+	r, err := IreduceScatterBlock(c, send, recv, o)
 	return wait(ctx, r, err)
 }
 
 // IreduceScatterBlock is the nonblocking ReduceScatterBlock.
-func IreduceScatterBlock[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
-	if err := checkOp[T](op); err != nil {
+func IreduceScatterBlock[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
+	ro, err := collOp(o)
+	if err != nil {
 		return fabric.Request{}, err
 	}
 	s, err := begin[T](c, noRoot)
 	if err != nil {
 		return fabric.Request{}, err
 	}
-	return reduceScatter(s, c, bytesOf(send), bytesOf(recv), len(send), len(recv), equalBlocks(len(recv)), len(recv)*c.Size(), op, size[T]())
+	return reduceScatter(s, c, bytesOf(send), bytesOf(recv), len(send), len(recv), equalBlocks(len(recv)), len(recv)*c.Size(), ro, size[T]())
 }
 
 // Scan leaves in process i's recv the reduction of send over processes
 // 0…i (MPI_Scan). With send nil, recv holds the operand (in place).
-func Scan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
-	r, err := Iscan(c, send, recv, op)
+func Scan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]) error {
+	r, err := Iscan(c, send, recv, o)
 	return wait(ctx, r, err)
 }
 
 // Iscan is the nonblocking Scan.
-func Iscan[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
-	return scan(c, send, recv, op, false)
+func Iscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
+	return scan(c, send, recv, o, false)
 }
 
 // Exscan leaves in process i's recv the reduction over processes 0…i-1
 // (MPI_Exscan); rank 0's recv is left as it was.
-func Exscan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, op Op) error {
-	r, err := Iexscan(c, send, recv, op)
+func Exscan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]) error {
+	r, err := Iexscan(c, send, recv, o)
 	return wait(ctx, r, err)
 }
 
 // Iexscan is the nonblocking Exscan.
-func Iexscan[T any](c *fabric.Comm, send, recv []T, op Op) (fabric.Request, error) {
-	return scan(c, send, recv, op, true)
+func Iexscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
+	return scan(c, send, recv, o, true)
 }
 
-func scan[T any](c *fabric.Comm, send, recv []T, op Op, exclusive bool) (fabric.Request, error) {
-	if err := checkOp[T](op); err != nil {
+func scan[T any](c *fabric.Comm, send, recv []T, o op.Op[T], exclusive bool) (fabric.Request, error) {
+	ro, err := collOp(o)
+	if err != nil {
 		return fabric.Request{}, err
 	}
 	if send != nil && len(send) != len(recv) {
@@ -738,6 +745,6 @@ func scan[T any](c *fabric.Comm, send, recv []T, op Op, exclusive bool) (fabric.
 		sb = s.Scratch(len(recv) * size[T]())
 		copy(sb, bytesOf(recv))
 	}
-	scanRecursiveDoubling(s, sb, bytesOf(recv), op, c.Rank(), c.Size(), exclusive)
+	scanRecursiveDoubling(s, sb, bytesOf(recv), ro, c.Rank(), c.Size(), exclusive)
 	return s.Start()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/jobtest"
 	"github.com/rivet-hpc/rivet/internal/testutil"
+	"github.com/rivet-hpc/rivet/op"
 )
 
 const progEnv = "RIVET_COLL_TEST_PROG"
@@ -68,7 +69,7 @@ func (f Affine) then(g Affine) Affine {
 	return Affine{A: g.A * f.A % mod, B: (g.A*f.B + g.B) % mod}
 }
 
-var compose = NewOp("compose", false, func(in, inout []Affine) {
+var compose = op.New("compose", false, func(in, inout []Affine) {
 	for i := range inout {
 		inout[i] = in[i].then(inout[i])
 	}
@@ -159,7 +160,7 @@ func progAll(ctx context.Context, ep *fabric.Endpoint) error {
 		for _, root := range []int{0, n - 1} {
 			err := each("reduce", func(Algorithm) error {
 				got := make([]int64, k)
-				if err := Reduce(ctx, c, ints(me, k), got, Sum[int64](), root); err != nil {
+				if err := Reduce(ctx, c, ints(me, k), got, op.Sum[int64](), root); err != nil {
 					return err
 				}
 				if me == root && !slices.Equal(got, sum) {
@@ -180,14 +181,14 @@ func progAll(ctx context.Context, ep *fabric.Endpoint) error {
 		}
 		err := each("allreduce", func(Algorithm) error {
 			got := make([]int64, k)
-			if err := Allreduce(ctx, c, ints(me, k), got, Sum[int64]()); err != nil {
+			if err := Allreduce(ctx, c, ints(me, k), got, op.Sum[int64]()); err != nil {
 				return err
 			}
 			if !slices.Equal(got, sum) {
 				return fail("allreduce sum of %d: wrong", k)
 			}
 			inplace := ints(me, k)
-			if err := Allreduce(ctx, c, nil, inplace, Sum[int64]()); err != nil {
+			if err := Allreduce(ctx, c, nil, inplace, op.Sum[int64]()); err != nil {
 				return err
 			}
 			if !slices.Equal(inplace, sum) {
@@ -293,7 +294,7 @@ func progAll(ctx context.Context, ep *fabric.Endpoint) error {
 		// Reduce-scatter (block and vector) and scans.
 		if err := each("reduce_scatter", func(Algorithm) error {
 			rs := make([]int64, blk)
-			if err := ReduceScatterBlock(ctx, c, sumInputs(me, n*blk), rs, Sum[int64]()); err != nil {
+			if err := ReduceScatterBlock(ctx, c, sumInputs(me, n*blk), rs, op.Sum[int64]()); err != nil {
 				return err
 			}
 			want := sumOver(n, n*blk)[me*blk : (me+1)*blk]
@@ -301,7 +302,7 @@ func progAll(ctx context.Context, ep *fabric.Endpoint) error {
 				return fail("reduce_scatter_block %d: wrong", blk)
 			}
 			rsv := make([]int64, counts[me])
-			if err := ReduceScatter(ctx, c, sumInputs(me, tot), rsv, counts, Sum[int64]()); err != nil {
+			if err := ReduceScatter(ctx, c, sumInputs(me, tot), rsv, counts, op.Sum[int64]()); err != nil {
 				return err
 			}
 			if !slices.Equal(rsv, sumOver(n, tot)[displs[me]:displs[me]+counts[me]]) {

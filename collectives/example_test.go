@@ -7,6 +7,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/op"
 )
 
 // Sum a vector over every process of the job (here, a job of one).
@@ -20,7 +21,7 @@ func ExampleAllreduce() {
 
 	x := []float64{1, 2, 3}
 	sum := make([]float64, len(x))
-	if err := collectives.Allreduce(ctx, ep.World(), x, sum, collectives.Sum[float64]()); err != nil {
+	if err := collectives.Allreduce(ctx, ep.World(), x, sum, op.Sum[float64]()); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(sum)
@@ -38,9 +39,9 @@ func ExampleMinLoc() {
 	defer ep.Close()
 	w := ep.World()
 
-	mine := []collectives.Loc[float64]{{Value: 0.25, Index: int32(w.Rank())}}
-	best := make([]collectives.Loc[float64], 1)
-	req, err := collectives.Iallreduce(w, mine, best, collectives.MinLoc[float64]())
+	mine := []op.Loc[float64]{{Value: 0.25, Index: int32(w.Rank())}}
+	best := make([]op.Loc[float64], 1)
+	req, err := collectives.Iallreduce(w, mine, best, op.MinLoc[float64]())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/testutil"
+	"github.com/rivet-hpc/rivet/op"
 )
 
 func init() {
@@ -34,7 +35,7 @@ func (f Triple) then(g Triple) Triple {
 	return Triple{int32(int64(f[0]) * int64(g[0]) % mod), int32((int64(g[0])*int64(f[1]) + int64(g[1])) % mod), f[2] ^ g[2]}
 }
 
-var thenTriples = NewOp("then", false, func(in, inout []Triple) {
+var thenTriples = op.New("then", false, func(in, inout []Triple) {
 	for i, f := range in {
 		inout[i] = f.then(inout[i])
 	}
@@ -118,7 +119,7 @@ func progBig(ctx context.Context, ep *fabric.Endpoint) error {
 	want := sumOver(n, k)
 	if err := each("allreduce", func(Algorithm) error {
 		got := make([]int64, k)
-		if err := Allreduce(ctx, c, ints(me, k), got, Sum[int64]()); err != nil {
+		if err := Allreduce(ctx, c, ints(me, k), got, op.Sum[int64]()); err != nil {
 			return err
 		}
 		if !slices.Equal(got, want) {
@@ -173,7 +174,7 @@ func progBig(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	return each("reduce_scatter", func(Algorithm) error {
 		got := make([]int64, blk)
-		if err := ReduceScatterBlock(ctx, c, ints(me, n*blk), got, Sum[int64]()); err != nil {
+		if err := ReduceScatterBlock(ctx, c, ints(me, n*blk), got, op.Sum[int64]()); err != nil {
 			return err
 		}
 		if !slices.Equal(got, sumOver(n, n*blk)[me*blk:(me+1)*blk]) {
@@ -213,7 +214,7 @@ func progNonblocking(ctx context.Context, ep *fabric.Endpoint) error {
 		all := make([]int64, n*3)
 		var reqs [4]fabric.Request
 		var err error
-		if reqs[0], err = Iallreduce(c, ints(me, 100), sum, Sum[int64]()); err != nil {
+		if reqs[0], err = Iallreduce(c, ints(me, 100), sum, op.Sum[int64]()); err != nil {
 			return err
 		}
 		if reqs[1], err = Ibcast(c, buf, round%n); err != nil {
@@ -249,9 +250,9 @@ func progOps(ctx context.Context, ep *fabric.Endpoint) error {
 	c := ep.World()
 	me, n := c.Rank(), c.Size()
 	x := []float64{float64(me) + 0.5, -float64(me), 3}
-	check := func(name string, op Op, want []float64) error {
+	check := func(name string, o op.Op[float64], want []float64) error {
 		got := make([]float64, len(x))
-		if err := Allreduce(ctx, c, x, got, op); err != nil {
+		if err := Allreduce(ctx, c, x, got, o); err != nil {
 			return err
 		}
 		for i := range got {
@@ -276,9 +277,9 @@ func progOps(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	for _, tc := range []struct {
 		name string
-		op   Op
+		op   op.Op[float64]
 		want [3]float64
-	}{{"sum", Sum[float64](), sum}, {"prod", Prod[float64](), prod}, {"min", Min[float64](), mn}, {"max", Max[float64](), mx}} {
+	}{{"sum", op.Sum[float64](), sum}, {"prod", op.Prod[float64](), prod}, {"min", op.Min[float64](), mn}, {"max", op.Max[float64](), mx}} {
 		if err := check(tc.name, tc.op, tc.want[:]); err != nil {
 			return err
 		}
@@ -286,10 +287,10 @@ func progOps(ctx context.Context, ep *fabric.Endpoint) error {
 	bits := []uint32{1 << uint(me), uint32(me), 0xff}
 	got := make([]uint32, 3)
 	for _, tc := range []struct {
-		op   Op
+		op   op.Op[uint32]
 		want func(a, b uint32) uint32
 		init uint32
-	}{{Band[uint32](), func(a, b uint32) uint32 { return a & b }, ^uint32(0)}, {Bor[uint32](), func(a, b uint32) uint32 { return a | b }, 0}, {Bxor[uint32](), func(a, b uint32) uint32 { return a ^ b }, 0}} {
+	}{{op.Band[uint32](), func(a, b uint32) uint32 { return a & b }, ^uint32(0)}, {op.Bor[uint32](), func(a, b uint32) uint32 { return a | b }, 0}, {op.Bxor[uint32](), func(a, b uint32) uint32 { return a ^ b }, 0}} {
 		if err := Allreduce(ctx, c, bits, got, tc.op); err != nil {
 			return err
 		}
@@ -305,23 +306,23 @@ func progOps(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	logic := []int32{int32(me % 2), 1, 0}
 	lg := make([]int32, 3)
-	if err := Allreduce(ctx, c, logic, lg, Land[int32]()); err != nil || lg[0] != 0 || lg[1] != 1 || lg[2] != 0 {
+	if err := Allreduce(ctx, c, logic, lg, op.Land[int32]()); err != nil || lg[0] != 0 || lg[1] != 1 || lg[2] != 0 {
 		return fail("land %v %v", lg, err)
 	}
-	if err := Allreduce(ctx, c, logic, lg, Lor[int32]()); err != nil || lg[0] != 1 || lg[1] != 1 || lg[2] != 0 {
+	if err := Allreduce(ctx, c, logic, lg, op.Lor[int32]()); err != nil || lg[0] != 1 || lg[1] != 1 || lg[2] != 0 {
 		return fail("lor %v %v", lg, err)
 	}
-	if err := Allreduce(ctx, c, logic, lg, Lxor[int32]()); err != nil || lg[0] != int32((n/2)%2) || lg[1] != int32(n%2) || lg[2] != 0 {
+	if err := Allreduce(ctx, c, logic, lg, op.Lxor[int32]()); err != nil || lg[0] != int32((n/2)%2) || lg[1] != int32(n%2) || lg[2] != 0 {
 		return fail("lxor %v %v", lg, err)
 	}
 	// MinLoc/MaxLoc: rank r offers value (r-1)², so ranks 0 and 2 tie.
 	v := float64((me - 1) * (me - 1))
-	loc := []Loc[float64]{{Value: v, Index: int32(me)}}
-	out := make([]Loc[float64], 1)
-	if err := Allreduce(ctx, c, loc, out, MinLoc[float64]()); err != nil || out[0] != (Loc[float64]{0, 1}) {
+	loc := []op.Loc[float64]{{Value: v, Index: int32(me)}}
+	out := make([]op.Loc[float64], 1)
+	if err := Allreduce(ctx, c, loc, out, op.MinLoc[float64]()); err != nil || out[0] != (op.Loc[float64]{Value: 0, Index: 1}) {
 		return fail("minloc %v %v", out, err)
 	}
-	if err := Allreduce(ctx, c, loc, out, MaxLoc[float64]()); err != nil || out[0] != (Loc[float64]{float64((n - 2) * (n - 2)), int32(n - 1)}) {
+	if err := Allreduce(ctx, c, loc, out, op.MaxLoc[float64]()); err != nil || out[0] != (op.Loc[float64]{Value: float64((n - 2) * (n - 2)), Index: int32(n - 1)}) {
 		return fail("maxloc %v %v", out, err)
 	}
 	return nil
@@ -340,9 +341,10 @@ func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 	}{
 		{Bcast(ctx, c, make([]int64, 1), n), fabric.ErrRank},
 		{Bcast(ctx, c, make([]int64, 1), -1), fabric.ErrRank},
-		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), Op{}), ErrOp},
-		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), Sum[float64]()), ErrOp},
-		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 3), Sum[int64]()), ErrCount},
+		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), op.Op[int64]{}), op.ErrOp},
+		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), op.Replace[int64]()), op.ErrOp},
+		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 2), op.NoOp[int64]()), op.ErrOp},
+		{Allreduce(ctx, c, make([]int64, 2), make([]int64, 3), op.Sum[int64]()), ErrCount},
 		{Bcast(ctx, c, make([]struct{ next *int }, 1), 0), ErrType},
 		{Bcast(ctx, (*fabric.Comm)(nil), make([]int64, 1), 0), fabric.ErrComm},
 	}
@@ -372,13 +374,13 @@ func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 	for r := 0; r < n; r++ {
 		slots = slots && (r == me || ep.Provider(r) == "shm")
 	}
-	err = Allreduce(ctx, c, make([]int64, cnt), make([]int64, cnt), Sum[int64]())
+	err = Allreduce(ctx, c, make([]int64, cnt), make([]int64, cnt), op.Sum[int64]())
 	if slots && !errors.Is(err, fabric.ErrMismatch) {
 		return fail("mismatched allreduce through shared memory: %v", err)
 	}
 	// Still in step.
 	got := make([]int64, 1)
-	if err := Allreduce(ctx, c, []int64{1}, got, Sum[int64]()); err != nil || got[0] != int64(n) {
+	if err := Allreduce(ctx, c, []int64{1}, got, op.Sum[int64]()); err != nil || got[0] != int64(n) {
 		return fail("after bad calls: %v %v", got, err)
 	}
 	return nil
@@ -410,14 +412,14 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	case "bcast":
 		err = Bcast(ctx, c, big, 2)
 	case "reduce":
-		err = Reduce(ctx, c, big, make([]int64, len(big)), Sum[int64](), 0)
+		err = Reduce(ctx, c, big, make([]int64, len(big)), op.Sum[int64](), 0)
 	case "allreduce":
-		err = Allreduce(ctx, c, big, make([]int64, len(big)), Sum[int64]())
+		err = Allreduce(ctx, c, big, make([]int64, len(big)), op.Sum[int64]())
 	case "allreduce_ring": // by messages; "allreduce" takes shared_chunks
 		Force("allreduce", Ring)
-		err = Allreduce(ctx, c, big, make([]int64, len(big)), Sum[int64]())
+		err = Allreduce(ctx, c, big, make([]int64, len(big)), op.Sum[int64]())
 	case "allreduce_small": // shared_slots
-		err = Allreduce(ctx, c, big[:8], make([]int64, 8), Sum[int64]())
+		err = Allreduce(ctx, c, big[:8], make([]int64, 8), op.Sum[int64]())
 	case "gather":
 		err = Gather(ctx, c, big[:100], make([]int64, 100*n), 0)
 	case "scatter":
@@ -427,11 +429,11 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	case "alltoall":
 		err = Alltoall(ctx, c, make([]int64, 100*n), make([]int64, 100*n))
 	case "reduce_scatter":
-		err = ReduceScatterBlock(ctx, c, make([]int64, 100*n), make([]int64, 100), Sum[int64]())
+		err = ReduceScatterBlock(ctx, c, make([]int64, 100*n), make([]int64, 100), op.Sum[int64]())
 	case "scan":
-		err = Scan(ctx, c, big[:100], make([]int64, 100), Sum[int64]())
+		err = Scan(ctx, c, big[:100], make([]int64, 100), op.Sum[int64]())
 	case "exscan":
-		err = Exscan(ctx, c, big[:100], make([]int64, 100), Sum[int64]())
+		err = Exscan(ctx, c, big[:100], make([]int64, 100), op.Sum[int64]())
 	case "gatherv":
 		err = Gatherv(ctx, c, big[:100], make([]int64, 100*n), counts, displs, 0)
 	case "scatterv":
@@ -441,10 +443,10 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	case "alltoallv":
 		err = Alltoallv(ctx, c, make([]int64, 100*n), counts, displs, make([]int64, 100*n), counts, displs)
 	case "reduce_scatterv":
-		err = ReduceScatter(ctx, c, make([]int64, 100*n), make([]int64, 100), counts, Sum[int64]())
+		err = ReduceScatter(ctx, c, make([]int64, 100*n), make([]int64, 100), counts, op.Sum[int64]())
 	case "iallreduce":
 		var r fabric.Request
-		if r, err = Iallreduce(c, big, make([]int64, len(big)), Sum[int64]()); err == nil {
+		if r, err = Iallreduce(c, big, make([]int64, len(big)), op.Sum[int64]()); err == nil {
 			_, err = r.Wait(ctx)
 		}
 	default:
@@ -486,35 +488,6 @@ func TestRankKilled(t *testing.T) {
 	}
 }
 
-func TestSumBytes(t *testing.T) {
-	for _, n := range []int{0, 1, 7, 8, 9, 64, 1000} {
-		a, b := make([]byte, n), make([]byte, n)
-		for i := range a {
-			a[i], b[i] = byte(i*37+11), byte(i*91+200)
-		}
-		want := make([]byte, n)
-		for i := range want {
-			want[i] = a[i] + b[i]
-		}
-		Sum[byte]().fn(a, b)
-		if !slices.Equal(b, want) {
-			t.Fatalf("%d bytes: %v, want %v", n, b, want)
-		}
-		x, y := make([]int8, n), make([]int8, n)
-		for i := range x {
-			x[i], y[i] = int8(a[i]), int8(a[i]^0x5a)
-		}
-		wantI := make([]int8, n)
-		for i := range wantI {
-			wantI[i] = x[i] + y[i]
-		}
-		Sum[int8]().fn(bytesOf(x), bytesOf(y))
-		if !slices.Equal(y, wantI) {
-			t.Fatalf("%d int8: wrong", n)
-		}
-	}
-}
-
 func init() { progs["ctx"] = progCtx }
 
 // progCtx: a blocking collective that a peer never joins returns the
@@ -528,7 +501,7 @@ func progCtx(ctx context.Context, ep *fabric.Endpoint) error {
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
-	err := Allreduce(short, c, []int64{1}, make([]int64, 1), Sum[int64]())
+	err := Allreduce(short, c, []int64{1}, make([]int64, 1), op.Sum[int64]())
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > time.Second {
 		return fail("allreduce with a 100 ms deadline: %v after %v", err, time.Since(t0))
 	}

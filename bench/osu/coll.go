@@ -11,6 +11,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/op"
 )
 
 // CollOptions are OSU's options for the collective benchmarks.
@@ -35,7 +36,7 @@ type Collective struct {
 
 type collBufs struct{ send, recv []byte }
 
-var sumBytes = collectives.Sum[byte]()
+var sumBytes = op.Sum[byte]()
 
 // Collectives are OSU 7.4's collective benchmarks that Rivet runs.
 var Collectives = []Collective{
@@ -236,8 +237,8 @@ func (b Collective) report(ctx context.Context, c *fabric.Comm, w io.Writer, o C
 	sum, mn, mx := make([]float64, 1), make([]float64, 1), make([]float64, 1)
 	for _, x := range []struct {
 		out []float64
-		op  collectives.Op
-	}{{sum, collectives.Sum[float64]()}, {mn, collectives.Min[float64]()}, {mx, collectives.Max[float64]()}} {
+		op  op.Op[float64]
+	}{{sum, op.Sum[float64]()}, {mn, op.Min[float64]()}, {mx, op.Max[float64]()}} {
 		if err := collectives.Reduce(ctx, c, v, x.out, x.op, 0); err != nil {
 			return err
 		}
@@ -287,7 +288,7 @@ func (b Collective) overlap(ctx context.Context, c *fabric.Comm, w io.Writer, o 
 	us := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(iters) }
 	vals := []float64{us(overall), us(comp), us(test), us(wait), us(init), lat}
 	sums := make([]float64, len(vals))
-	if err := collectives.Reduce(ctx, c, vals, sums, collectives.Sum[float64](), 0); err != nil {
+	if err := collectives.Reduce(ctx, c, vals, sums, op.Sum[float64](), 0); err != nil {
 		return err
 	}
 	if c.Rank() != 0 {

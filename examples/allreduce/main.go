@@ -16,6 +16,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/op"
 )
 
 func main() {
@@ -60,7 +61,7 @@ func run(ctx context.Context) error {
 	// Every rank contributes [rank, 1, rank²]; everyone gets the sums.
 	x := []float64{float64(me), 1, float64(me * me)}
 	sum := make([]float64, len(x))
-	if err := collectives.Allreduce(ctx, w, x, sum, collectives.Sum[float64]()); err != nil {
+	if err := collectives.Allreduce(ctx, w, x, sum, op.Sum[float64]()); err != nil {
 		return err
 	}
 	want := []float64{float64(n * (n - 1) / 2), float64(n), float64((n - 1) * n * (2*n - 1) / 6)}

@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package collectives
+package reduce
 
 // Without packed-add kernels the sums run in Go (op.go), which checks
 // haveSumKernels and never calls these.
@@ -14,4 +14,4 @@ func sum64x64(in, inout []byte)  { noKernels() }
 func sumF32x64(in, inout []byte) { noKernels() }
 func sumF64x64(in, inout []byte) { noKernels() }
 
-func noKernels() { panic("collectives: packed-add kernel called on an architecture without them") }
+func noKernels() { panic("reduce: packed-add kernel called on an architecture without them") }

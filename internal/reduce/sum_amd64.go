@@ -1,4 +1,4 @@
-package collectives
+package reduce
 
 // Packed-add kernels (sum_amd64.s): SSE2, part of every amd64 CPU, so no
 // feature check. Each adds in to inout over the first len(inout) &^ 63

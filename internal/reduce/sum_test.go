@@ -1,8 +1,9 @@
-package collectives
+package reduce
 
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -28,7 +29,7 @@ func TestSumKernels(t *testing.T) {
 func checkSum[T Number](t *testing.T, gen func(*rand.Rand) T) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(1, 2))
-	op := Sum[T]()
+	op := Erase(Sum[T]())
 	var z T
 	size := int(unsafe.Sizeof(z))
 	for n := 0; n <= 3*64/size+2; n++ {
@@ -45,7 +46,7 @@ func checkSum[T Number](t *testing.T, gen func(*rand.Rand) T) {
 				want[i] = in[i] + out[i]
 			}
 			guard := view[T](outB[1+n*size:])[0]
-			op.fn(bytesOf(in), bytesOf(out))
+			op.Fn(bytesOf(in), bytesOf(out))
 			for i := range out {
 				if out[i] != want[i] && !(math.IsNaN(float64(out[i])) && math.IsNaN(float64(want[i]))) {
 					t.Fatalf("sum of %d %Ts (skew %d): element %d is %v, want %v", n, z, skew, i, out[i], want[i])
@@ -63,14 +64,43 @@ func checkSum[T Number](t *testing.T, gen func(*rand.Rand) T) {
 func BenchmarkSum(b *testing.B) {
 	for _, c := range []struct {
 		name string
-		op   Op
-	}{{"byte", Sum[byte]()}, {"int32", Sum[int32]()}, {"float64", Sum[float64]()}} {
+		op   Untyped
+	}{{"byte", Erase(Sum[byte]())}, {"int32", Erase(Sum[int32]())}, {"float64", Erase(Sum[float64]())}} {
 		b.Run(c.name, func(b *testing.B) {
 			in, out := make([]byte, 512<<10), make([]byte, 512<<10)
 			b.SetBytes(int64(len(out)))
 			for b.Loop() {
-				c.op.fn(in, out)
+				c.op.Fn(in, out)
 			}
 		})
+	}
+}
+
+func TestSumBytes(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 9, 64, 1000} {
+		a, b := make([]byte, n), make([]byte, n)
+		for i := range a {
+			a[i], b[i] = byte(i*37+11), byte(i*91+200)
+		}
+		want := make([]byte, n)
+		for i := range want {
+			want[i] = a[i] + b[i]
+		}
+		Erase(Sum[byte]()).Fn(a, b)
+		if !slices.Equal(b, want) {
+			t.Fatalf("%d bytes: %v, want %v", n, b, want)
+		}
+		x, y := make([]int8, n), make([]int8, n)
+		for i := range x {
+			x[i], y[i] = int8(a[i]), int8(a[i]^0x5a)
+		}
+		wantI := make([]int8, n)
+		for i := range wantI {
+			wantI[i] = x[i] + y[i]
+		}
+		Sum[int8]().Reduce(x, y)
+		if !slices.Equal(y, wantI) {
+			t.Fatalf("%d int8: wrong", n)
+		}
 	}
 }
