@@ -24,10 +24,9 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"sync"
-	"unsafe"
 
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/elem"
 	"github.com/rivet-hpc/rivet/internal/reduce"
 	"github.com/rivet-hpc/rivet/op"
 )
@@ -39,55 +38,17 @@ var ErrCount = fmt.Errorf("collectives: counts and buffers do not fit: %w", fabr
 // mean nothing in another process.
 var ErrType = fmt.Errorf("collectives: element type holds pointers: %w", fabric.ErrInvalid)
 
-var plainTypes sync.Map // reflect.Type -> error
 
 func checkType[T any]() error {
-	t := reflect.TypeFor[T]()
-	if k := t.Kind(); k >= reflect.Bool && k <= reflect.Complex128 {
-		return nil // numbers: no map lookup on the hot path
+	if !elem.Plain[T]() {
+		return fmt.Errorf("%w: %v", ErrType, reflect.TypeFor[T]())
 	}
-	if v, ok := plainTypes.Load(t); ok {
-		if v == nil {
-			return nil
-		}
-		return v.(error)
-	}
-	var err error
-	if hasPointers(t) {
-		err = fmt.Errorf("%w: %v", ErrType, t)
-	}
-	plainTypes.Store(t, err)
-	return err
+	return nil
 }
 
-func hasPointers(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Array:
-		return hasPointers(t.Elem())
-	case reflect.Struct:
-		for i := 0; i < t.NumField(); i++ {
-			if hasPointers(t.Field(i).Type) {
-				return true
-			}
-		}
-		return false
-	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface, reflect.String, reflect.UnsafePointer:
-		return true
-	}
-	return false
-}
+func size[T any]() int { return elem.Size[T]() }
 
-func size[T any]() int {
-	var z T
-	return int(unsafe.Sizeof(z))
-}
-
-func bytesOf[T any](s []T) []byte {
-	if len(s) == 0 {
-		return []byte{}
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*size[T]())
-}
+func bytesOf[T any](s []T) []byte { return elem.Bytes(s) }
 
 // begin validates the communicator, the element type and (unless noRoot)
 // the root, and begins a schedule.

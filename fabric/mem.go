@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"unsafe"
 
@@ -22,6 +23,7 @@ type memRegion struct {
 	mem    *verbs.Memory
 	mr     *verbs.MR
 	lo, hi uintptr
+	user   []byte // the slice handed out: all of mem, or MapLocal's part
 }
 
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
@@ -68,9 +70,9 @@ func (m *memRegistry) find(b []byte) *memRegion {
 	return r
 }
 
-func (m *memRegistry) add(mem *verbs.Memory) {
+func (m *memRegistry) add(mem *verbs.Memory, user []byte) {
 	b := mem.Bytes()
-	r := &memRegion{mem: mem, lo: addrOf(b), hi: addrOf(b) + uintptr(len(b))}
+	r := &memRegion{mem: mem, lo: addrOf(b), hi: addrOf(b) + uintptr(len(b)), user: user}
 	i, _ := slices.BinarySearchFunc(m.regions, r.lo, func(r *memRegion, p uintptr) int {
 		if r.lo < p {
 			return -1
@@ -83,7 +85,7 @@ func (m *memRegistry) add(mem *verbs.Memory) {
 func (m *memRegistry) remove(b []byte) error {
 	p := addrOf(b)
 	for i, r := range m.regions {
-		if r.lo == p && len(b) == r.mem.Len() {
+		if addrOf(r.user) == p && len(b) == len(r.user) {
 			if r.mr != nil {
 				if err := r.mr.Close(); err != nil {
 					return err
@@ -96,7 +98,7 @@ func (m *memRegistry) remove(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: FreeMem of memory AllocMem did not return", ErrInvalid)
+	return fmt.Errorf("%w: FreeMem of memory neither AllocMem nor MapLocal returned", ErrInvalid)
 }
 
 // deregister drops every registration (the provider is closing); the
@@ -119,14 +121,63 @@ func (ep *Endpoint) AllocMem(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: AllocMem(%d)", ErrInvalid, n)
 	}
-	mem, err := verbs.AllocMemory(n)
+	mem, err := verbs.AllocSharedMemory(n)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: AllocMem: %w", err)
 	}
 	ep.e.mu.Lock()
-	ep.mem.add(mem)
+	ep.mem.add(mem, mem.Bytes())
 	ep.e.mu.Unlock()
 	return mem.Bytes(), nil
+}
+
+// LocalMem names memory from AllocMem for the processes on this node,
+// which map it with MapLocal and then load, store and run CPU atomics on
+// the same pages (as MPI_Win_allocate_shared's peers do). It is plain
+// data, for sending to them.
+type LocalMem struct {
+	PID, FD  int32  // the exposing process and its descriptor of the memory
+	Off, Len uint64 // the part exposed
+}
+
+// ExposeLocal describes b, memory from AllocMem (or a part of it), for
+// MapLocal in the other processes of this node. b stays mappable until
+// FreeMem.
+func (ep *Endpoint) ExposeLocal(b []byte) (LocalMem, error) {
+	ep.e.mu.Lock()
+	defer ep.e.mu.Unlock()
+	r := ep.mem.find(b)
+	if r == nil || r.mem.File() == nil {
+		return LocalMem{}, fmt.Errorf("%w: ExposeLocal: memory not from AllocMem (or empty)", ErrInvalid)
+	}
+	return LocalMem{PID: int32(os.Getpid()), FD: int32(r.mem.File().Fd()), Off: uint64(addrOf(b) - r.lo), Len: uint64(len(b))}, nil
+}
+
+// MapLocal maps memory another process of this node exposed with
+// ExposeLocal. The result behaves as AllocMem's memory — Expose makes it
+// reachable over verbs, through this process's own registration of the
+// shared pages — and FreeMem unmaps it. The exposing process must keep
+// the memory until MapLocal returns.
+func (ep *Endpoint) MapLocal(m LocalMem) ([]byte, error) {
+	if m.Len == 0 || m.Len > 1<<46 {
+		return nil, fmt.Errorf("%w: MapLocal of %d bytes", ErrInvalid, m.Len)
+	}
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", m.PID, m.FD), os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fabric: MapLocal: %w", err)
+	}
+	defer f.Close()
+	page := uint64(os.Getpagesize())
+	at := m.Off &^ (page - 1)
+	mem, err := verbs.MapMemoryFile(f, int64(at), int(m.Off-at+m.Len))
+	if err != nil {
+		return nil, fmt.Errorf("fabric: MapLocal: %w", err)
+	}
+	b := mem.Bytes()[m.Off-at:]
+	ep.e.mu.Lock()
+	ep.mem.add(mem, b)
+	ep.e.mu.Unlock()
+	return b, nil
 }
 
 // FreeMem unmaps memory from AllocMem (MPI_Free_mem). No operation may

@@ -18,7 +18,7 @@ func TestMemRegistry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.add(mem)
+		m.add(mem, mem.Bytes())
 		mems = append(mems, mem.Bytes())
 	}
 	t.Cleanup(func() {

@@ -1,0 +1,454 @@
+package rma
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/rivet-hpc/rivet/fabric"
+)
+
+// Assert is a bit mask of the assertions a synchronization call may be
+// given (MPI_MODE_*): promises by the caller, which Rivet may use to do
+// less and never fails for.
+type Assert uint8
+
+const (
+	NoCheck   Assert = 1 << iota // MPI_MODE_NOCHECK: no conflicting lock / the matching post already happened
+	NoStore                      // MPI_MODE_NOSTORE: no local stores since the last synchronization
+	NoPut                        // MPI_MODE_NOPUT: no puts or accumulates to this process until the next synchronization
+	NoPrecede                    // MPI_MODE_NOPRECEDE: the fence ends no epoch with operations
+	NoSucceed                    // MPI_MODE_NOSUCCEED: no operations follow the fence
+)
+
+const assertAll = NoCheck | NoStore | NoPut | NoPrecede | NoSucceed
+
+func (a Assert) check(allowed Assert, call string) error {
+	if a&^allowed != 0 {
+		return fmt.Errorf("%w: %s does not take assertion bits %#x", fabric.ErrInvalid, call, uint8(a&^allowed))
+	}
+	return nil
+}
+
+// epochs is a window's synchronization state at this process.
+type epochs struct {
+	fence          bool  // a fence opened an epoch (no NoSucceed)
+	access         []int // Start's group, while an access epoch is open
+	accessOn       bool
+	exposure       []int // Post's group, while an exposure epoch is open
+	exposeOn       bool
+	locks          []LockType // per target, while Lock holds it
+	nlocks         int
+	lockAll        bool
+	lockAllNoCheck bool
+	// Running counts, per window rank, of PSCW epochs: posts sent to it
+	// and posts from it awaited by Start; completes sent to it and
+	// completes from it awaited by Wait.
+	posted, started, completed, waited []uint64
+	bar                                uint64 // fence barriers entered
+}
+
+func (e *epochs) init(n int) {
+	if e.locks == nil {
+		e.locks = make([]LockType, n)
+		e.posted, e.started = make([]uint64, n), make([]uint64, n)
+		e.completed, e.waited = make([]uint64, n), make([]uint64, n)
+	}
+}
+
+// idle says which epoch is open, if any but a fence's.
+func (e *epochs) idle() error {
+	switch {
+	case e.accessOn:
+		return fmt.Errorf("an access epoch (Start) open")
+	case e.exposeOn:
+		return fmt.Errorf("an exposure epoch (Post) open")
+	case e.lockAll:
+		return fmt.Errorf("LockAll held")
+	case e.nlocks > 0:
+		return fmt.Errorf("%d locks held", e.nlocks)
+	}
+	return nil
+}
+
+// canAccess reports whether an operation to window rank r is inside an
+// access epoch.
+func (e *epochs) canAccess(r int) bool {
+	return e.fence || e.lockAll || (e.locks != nil && e.locks[r] != 0) || (e.accessOn && slices.Contains(e.access, r))
+}
+
+// begin locks the window for a call and checks it is usable.
+func (w *Window) begin() error {
+	w.mu.Lock()
+	if w.freed {
+		w.mu.Unlock()
+		return ErrFreed
+	}
+	w.ep_.init(w.n)
+	return nil
+}
+
+// Fence closes the current fence epoch, completing every operation this
+// process issued on the window, and opens the next one (MPI_Win_fence).
+// It is collective. With NoSucceed no epoch follows; with NoPrecede none
+// ends here, and nothing is flushed.
+func (w *Window) Fence(ctx context.Context, a Assert) error {
+	if err := a.check(assertAll, "Fence"); err != nil {
+		return err
+	}
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	if err := w.ep_.idle(); err != nil {
+		return fmt.Errorf("%w: Fence with %v (fence does not mix with PSCW or passive target)", ErrEpoch, err)
+	}
+	if a&NoPrecede == 0 {
+		if err := w.flushAll(ctx); err != nil {
+			return err
+		}
+	}
+	if err := w.barrier(ctx); err != nil {
+		return err
+	}
+	w.ep_.fence = a&NoSucceed == 0
+	return nil
+}
+
+func (w *Window) checkGroup(g []int, call string) error {
+	for i, r := range g {
+		if r < 0 || r >= w.n {
+			return fmt.Errorf("%w: %s: rank %d of a %d-process window", fabric.ErrRank, call, r, w.n)
+		}
+		if slices.Contains(g[:i], r) {
+			return fmt.Errorf("%w: %s: rank %d twice", fabric.ErrGroup, call, r)
+		}
+	}
+	return nil
+}
+
+// Post opens an exposure epoch for the window ranks in group
+// (MPI_Win_post): each of them may access this process's memory once it
+// has seen the post in its Start. It does not wait.
+func (w *Window) Post(ctx context.Context, group []int, a Assert) error {
+	if err := a.check(NoCheck|NoStore|NoPut, "Post"); err != nil {
+		return err
+	}
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	if err := w.checkGroup(group, "Post"); err != nil {
+		return err
+	}
+	e := &w.ep_
+	if e.exposeOn || e.fence {
+		return fmt.Errorf("%w: Post while an exposure or fence epoch is open", ErrEpoch)
+	}
+	e.exposure, e.exposeOn = append(e.exposure[:0], group...), true
+	for _, r := range group {
+		e.posted[r]++
+		if err := w.storeCtl(ctx, r, postWord(w.n, w.me), e.posted[r]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Start opens an access epoch to the window ranks in group
+// (MPI_Win_start), waiting until each has posted an exposure epoch to
+// this process.
+func (w *Window) Start(ctx context.Context, group []int, a Assert) error {
+	if err := a.check(NoCheck, "Start"); err != nil {
+		return err
+	}
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	if err := w.checkGroup(group, "Start"); err != nil {
+		return err
+	}
+	e := &w.ep_
+	if e.accessOn || e.fence || e.lockAll || e.nlocks > 0 {
+		return fmt.Errorf("%w: Start while another access epoch is open", ErrEpoch)
+	}
+	for _, r := range group {
+		if err := w.awaitCtl(ctx, postWord(w.n, r), e.started[r]+1); err != nil {
+			return err
+		}
+		e.started[r]++
+	}
+	e.access, e.accessOn = append(e.access[:0], group...), true
+	return nil
+}
+
+// Complete ends the access epoch Start opened (MPI_Win_complete): every
+// operation of it is complete at its target, and each target's Wait
+// learns so.
+func (w *Window) Complete(ctx context.Context) error {
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	e := &w.ep_
+	if !e.accessOn {
+		return fmt.Errorf("%w: Complete without Start", ErrEpoch)
+	}
+	for _, r := range e.access {
+		if err := w.flushTarget(ctx, r); err != nil {
+			return err
+		}
+	}
+	for _, r := range e.access {
+		e.completed[r]++
+		if err := w.storeCtl(ctx, r, doneWord(w.n, w.me), e.completed[r]); err != nil {
+			return err
+		}
+	}
+	e.accessOn = false
+	return nil
+}
+
+// Wait ends the exposure epoch Post opened (MPI_Win_wait), once every
+// origin of it has called Complete.
+func (w *Window) Wait(ctx context.Context) error {
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	e := &w.ep_
+	if !e.exposeOn {
+		return fmt.Errorf("%w: Wait without Post", ErrEpoch)
+	}
+	for _, r := range e.exposure {
+		if err := w.awaitCtl(ctx, doneWord(w.n, r), e.waited[r]+1); err != nil {
+			return err
+		}
+	}
+	for _, r := range e.exposure {
+		e.waited[r]++
+	}
+	e.exposeOn = false
+	return nil
+}
+
+// Test is Wait that does not block (MPI_Win_test): it reports whether
+// the exposure epoch has ended, ending it if so.
+func (w *Window) Test() (bool, error) {
+	if err := w.begin(); err != nil {
+		return false, err
+	}
+	defer w.mu.Unlock()
+	e := &w.ep_
+	if !e.exposeOn {
+		return false, fmt.Errorf("%w: Test without Post", ErrEpoch)
+	}
+	for _, r := range e.exposure {
+		if w.ctlAt(doneWord(w.n, r)) < e.waited[r]+1 {
+			return false, nil
+		}
+	}
+	for _, r := range e.exposure {
+		e.waited[r]++
+	}
+	e.exposeOn = false
+	return true, nil
+}
+
+// Lock opens a passive-target access epoch to window rank r, taking its
+// lock shared or exclusive (MPI_Win_lock). It returns once the lock is
+// held; the target takes no part. With NoCheck no lock is taken (the
+// caller promises no conflicting lock).
+func (w *Window) Lock(ctx context.Context, l LockType, r int, a Assert) error {
+	if err := a.check(NoCheck, "Lock"); err != nil {
+		return err
+	}
+	if l != Shared && l != Exclusive {
+		return fmt.Errorf("%w: lock type %v", fabric.ErrInvalid, l)
+	}
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	if r < 0 || r >= w.n {
+		return fmt.Errorf("%w: Lock of rank %d of a %d-process window", fabric.ErrRank, r, w.n)
+	}
+	e := &w.ep_
+	switch {
+	case w.info.NoLocks:
+		return fmt.Errorf("%w: Lock on a window made with the no_locks hint", ErrEpoch)
+	case e.fence:
+		return fmt.Errorf("%w: Lock while a fence epoch is open (end it with a NoSucceed fence)", ErrEpoch)
+	case e.accessOn:
+		return fmt.Errorf("%w: Lock inside a Start/Complete epoch", ErrEpoch)
+	case e.lockAll:
+		return fmt.Errorf("%w: Lock while LockAll holds the window", ErrEpoch)
+	case e.locks[r] != 0:
+		return fmt.Errorf("%w: rank %d is already locked by this process", ErrEpoch, r)
+	}
+	if a&NoCheck == 0 {
+		if err := w.acquire(ctx, r, l); err != nil {
+			return err
+		}
+		e.locks[r] = l
+	} else {
+		e.locks[r] = l | noCheckHeld
+	}
+	e.nlocks++
+	return nil
+}
+
+// noCheckHeld marks a lock taken with NoCheck: nothing to release.
+const noCheckHeld LockType = 0x80
+
+// Unlock completes every operation to window rank r and releases the
+// lock Lock took (MPI_Win_unlock).
+func (w *Window) Unlock(ctx context.Context, r int) error {
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	if r < 0 || r >= w.n {
+		return fmt.Errorf("%w: Unlock of rank %d of a %d-process window", fabric.ErrRank, r, w.n)
+	}
+	e := &w.ep_
+	l := e.locks[r]
+	if l == 0 {
+		return fmt.Errorf("%w: Unlock of rank %d, which this process has not locked", ErrEpoch, r)
+	}
+	if err := w.flushTarget(ctx, r); err != nil {
+		return err
+	}
+	if l&noCheckHeld == 0 {
+		if err := w.release_(ctx, r, l); err != nil {
+			return err
+		}
+	}
+	e.locks[r] = 0
+	e.nlocks--
+	return nil
+}
+
+// LockAll takes a shared lock at every window rank (MPI_Win_lock_all).
+func (w *Window) LockAll(ctx context.Context, a Assert) error {
+	if err := a.check(NoCheck, "LockAll"); err != nil {
+		return err
+	}
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	e := &w.ep_
+	switch {
+	case w.info.NoLocks:
+		return fmt.Errorf("%w: LockAll on a window made with the no_locks hint", ErrEpoch)
+	case e.fence || e.accessOn:
+		return fmt.Errorf("%w: LockAll inside a fence or Start/Complete epoch", ErrEpoch)
+	case e.lockAll || e.nlocks > 0:
+		return fmt.Errorf("%w: LockAll while this process holds locks on the window", ErrEpoch)
+	}
+	if a&NoCheck == 0 {
+		for r := range w.n {
+			if err := w.acquire(ctx, r, Shared); err != nil {
+				for q := r - 1; q >= 0; q-- {
+					w.release_(context.WithoutCancel(ctx), q, Shared)
+				}
+				return err
+			}
+		}
+	}
+	e.lockAll = true
+	e.lockAllNoCheck = a&NoCheck != 0
+	return nil
+}
+
+// UnlockAll completes every operation and releases LockAll's locks
+// (MPI_Win_unlock_all).
+func (w *Window) UnlockAll(ctx context.Context) error {
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	e := &w.ep_
+	if !e.lockAll {
+		return fmt.Errorf("%w: UnlockAll without LockAll", ErrEpoch)
+	}
+	if err := w.flushAll(ctx); err != nil {
+		return err
+	}
+	if !e.lockAllNoCheck {
+		for r := range w.n {
+			if err := w.release_(ctx, r, Shared); err != nil {
+				return err
+			}
+		}
+	}
+	e.lockAll = false
+	return nil
+}
+
+// Flush completes, at window rank r, every operation this process issued
+// to it (MPI_Win_flush); a Get's data is then in place.
+func (w *Window) Flush(ctx context.Context, r int) error {
+	return w.flushCall(ctx, r, "Flush")
+}
+
+// FlushLocal completes every operation to r at this process
+// (MPI_Win_flush_local): origin buffers may be reused. Rivet completes
+// them at the target too.
+func (w *Window) FlushLocal(ctx context.Context, r int) error {
+	return w.flushCall(ctx, r, "FlushLocal")
+}
+
+// FlushAll is Flush to every window rank (MPI_Win_flush_all).
+func (w *Window) FlushAll(ctx context.Context) error { return w.flushCall(ctx, -1, "FlushAll") }
+
+// FlushLocalAll is FlushLocal to every window rank (MPI_Win_flush_local_all).
+func (w *Window) FlushLocalAll(ctx context.Context) error {
+	return w.flushCall(ctx, -1, "FlushLocalAll")
+}
+
+func (w *Window) flushCall(ctx context.Context, r int, call string) error {
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	e := &w.ep_
+	if r >= w.n || r < -1 {
+		return fmt.Errorf("%w: %s of rank %d of a %d-process window", fabric.ErrRank, call, r, w.n)
+	}
+	if !e.lockAll && e.nlocks == 0 || r >= 0 && !e.lockAll && e.locks[r] == 0 {
+		return fmt.Errorf("%w: %s outside a passive-target epoch", ErrEpoch, call)
+	}
+	if r < 0 {
+		return w.flushAll(ctx)
+	}
+	return w.flushTarget(ctx, r)
+}
+
+// Sync makes this process's loads and stores on its window memory and
+// the window's public copy agree (MPI_Win_sync). The memory model is
+// unified, so it is a full memory barrier.
+func (w *Window) Sync() error {
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	var x atomic.Uint64
+	x.Add(1) // a locked instruction: a full barrier on every platform Go supports
+	return nil
+}
+
+func sleepCtx(ctx context.Context, us int) error {
+	t := time.NewTimer(time.Duration(us) * time.Microsecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,496 @@
+package rma
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/rivet-hpc/rivet/collectives"
+	"github.com/rivet-hpc/rivet/fabric"
+)
+
+// Flavor is how a window's memory came to be (MPI_WIN_CREATE_FLAVOR).
+type Flavor uint8
+
+const (
+	FlavorCreate   Flavor = iota + 1 // Create: memory the caller brought
+	FlavorAllocate                   // Allocate: memory the window allocated
+	FlavorShared                     // AllocateShared: node-shared memory, SharedQuery
+)
+
+func (f Flavor) String() string {
+	switch f {
+	case FlavorCreate:
+		return "create"
+	case FlavorAllocate:
+		return "allocate"
+	case FlavorShared:
+		return "shared"
+	}
+	return fmt.Sprintf("Flavor(%d)", uint8(f))
+}
+
+// Info holds the hints MPI defines for windows (MPI_Info keys) that
+// change what Rivet does; the zero Info is MPI's defaults.
+type Info struct {
+	// NoLocks ("no_locks"): no process will lock this window, so
+	// creation sets no lock words up and Lock, LockAll fail with ErrEpoch.
+	NoLocks bool
+	// AccumulateOps ("accumulate_ops"): SameOp or SameOpNoOp promise
+	// that concurrent accumulates to one element use one op (and
+	// no-op). Rivet's accumulates are atomic either way; the hint is
+	// kept and reported.
+	AccumulateOps AccumulateOps
+	// AccumulateOrdering ("accumulate_ordering"): "" is MPI's default
+	// "rar,raw,war,waw"; "none" lets accumulates reorder. Rivet's
+	// accumulates complete in issue order either way.
+	AccumulateOrdering string
+	// SameSize and SameDispUnit ("same_size", "same_disp_unit"): every
+	// process gives the same size or displacement unit; Create checks it.
+	SameSize, SameDispUnit bool
+}
+
+// AccumulateOps is the accumulate_ops hint.
+type AccumulateOps uint8
+
+const (
+	SameOpNoOp AccumulateOps = iota // "same_op_no_op", MPI's default
+	SameOp                          // "same_op"
+)
+
+// Window is one process's handle on a window (MPI_Win). Its methods, and
+// the operation functions, are safe for concurrent use; synchronization
+// calls are collective or paired as MPI says.
+type Window struct {
+	mu      sync.Mutex
+	ep      *fabric.Endpoint
+	comm    *fabric.Comm // a duplicate of the creating communicator
+	me, n   int
+	flavor  Flavor
+	info    Info
+	nic     bool // atomicity domain: NIC atomics (else CPU atomics)
+	base    []byte
+	disp    int
+	ctl     []byte // this process's control words (ctl.go)
+	scratch []byte // registered words that NIC writes and atomics use
+	targets []target
+	owned   [][]byte // AllocMem and MapLocal memory to free with the window
+	freed   bool
+
+	ep_   epochs
+	res   []uint64 // atomic results, one per word in flight
+	guess []uint64 // what rmw expects each word to hold
+	pend  []int    // the words rmw has yet to swap
+	cas   casCache
+	wbuf  [8]byte // the word rmw applies an operation to
+	obuf  []byte  // an accumulate's origin operand
+}
+
+// target is how this process reaches one member's window.
+type target struct {
+	world      int
+	size       uint64
+	disp       uint64
+	local      bool   // its memory is mapped here: puts and gets are copies
+	data, ctl  []byte // mapped (local targets), for copies and CPU atomics
+	rdata, rcl fabric.RemoteMem
+	nicRank    int // the world rank whose queue pair reaches rdata/rcl
+}
+
+// Allocate creates a window of size bytes of memory the window allocates
+// (MPI_Win_allocate), with displacement unit dispUnit; Base returns it.
+// It is collective over c.
+func Allocate(ctx context.Context, c *fabric.Comm, size, dispUnit int, info Info) (*Window, error) {
+	return create(ctx, c, FlavorAllocate, nil, size, dispUnit, info)
+}
+
+// Create makes a window over base (MPI_Win_create), which must be memory
+// from fabric.Endpoint.AllocMem (or empty): Go heap memory cannot be
+// exposed safely, as the runtime may move or free it while a NIC or a
+// peer holds its address. It is collective over c.
+func Create(ctx context.Context, c *fabric.Comm, base []byte, dispUnit int, info Info) (*Window, error) {
+	return create(ctx, c, FlavorCreate, base, len(base), dispUnit, info)
+}
+
+// AllocateShared is Allocate for processes that all share memory (one
+// node, reached over shared memory): each can load and store the others'
+// memory directly, through SharedQuery (MPI_Win_allocate_shared).
+func AllocateShared(ctx context.Context, c *fabric.Comm, size, dispUnit int, info Info) (*Window, error) {
+	if c == nil {
+		return nil, fabric.ErrComm
+	}
+	me := c.Group().Members()
+	ep := c.Endpoint()
+	for _, w := range me {
+		if p := ep.Provider(w); p != "shm" && p != "self" {
+			return nil, fmt.Errorf("%w: AllocateShared: world rank %d is reached over %s, not shared memory", fabric.ErrInvalid, w, p)
+		}
+	}
+	return create(ctx, c, FlavorShared, nil, size, dispUnit, info)
+}
+
+const descSize = 128
+
+// desc is what each process tells the others about its part of the window.
+type desc struct {
+	nic         bool
+	size, disp  uint64
+	rdata, rctl fabric.RemoteMem
+	ldata, lctl fabric.LocalMem
+	sameSize    uint64 // for the same_size check: every process's size
+	dataExposed bool
+}
+
+func (d *desc) marshal(b []byte) {
+	le := binary.LittleEndian
+	clear(b)
+	if d.nic {
+		b[0] = 1
+	}
+	if d.dataExposed {
+		b[1] = 1
+	}
+	le.PutUint64(b[8:], d.size)
+	le.PutUint64(b[16:], d.disp)
+	putRemote(b[24:], d.rdata)
+	putRemote(b[44:], d.rctl)
+	putLocal(b[64:], d.ldata)
+	putLocal(b[88:], d.lctl)
+}
+
+func (d *desc) unmarshal(b []byte) {
+	le := binary.LittleEndian
+	d.nic, d.dataExposed = b[0] == 1, b[1] == 1
+	d.size, d.disp = le.Uint64(b[8:]), le.Uint64(b[16:])
+	d.rdata, d.rctl = getRemote(b[24:]), getRemote(b[44:])
+	d.ldata, d.lctl = getLocal(b[64:]), getLocal(b[88:])
+}
+
+func putRemote(b []byte, m fabric.RemoteMem) {
+	le := binary.LittleEndian
+	le.PutUint64(b, m.Addr)
+	le.PutUint64(b[8:], m.Len)
+	le.PutUint32(b[16:], m.Key)
+}
+
+func getRemote(b []byte) fabric.RemoteMem {
+	le := binary.LittleEndian
+	return fabric.RemoteMem{Addr: le.Uint64(b), Len: le.Uint64(b[8:]), Key: le.Uint32(b[16:])}
+}
+
+func putLocal(b []byte, m fabric.LocalMem) {
+	le := binary.LittleEndian
+	le.PutUint32(b, uint32(m.PID))
+	le.PutUint32(b[4:], uint32(m.FD))
+	le.PutUint64(b[8:], m.Off)
+	le.PutUint64(b[16:], m.Len)
+}
+
+func getLocal(b []byte) fabric.LocalMem {
+	le := binary.LittleEndian
+	return fabric.LocalMem{PID: int32(le.Uint32(b)), FD: int32(le.Uint32(b[4:])), Off: le.Uint64(b[8:]), Len: le.Uint64(b[16:])}
+}
+
+func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, size, dispUnit int, info Info) (_ *Window, err error) {
+	if c == nil {
+		return nil, fabric.ErrComm
+	}
+	if size < 0 || dispUnit <= 0 {
+		return nil, fmt.Errorf("%w: window of %d bytes with displacement unit %d", fabric.ErrInvalid, size, dispUnit)
+	}
+	if info.AccumulateOrdering != "" && info.AccumulateOrdering != "none" && info.AccumulateOrdering != "rar,raw,war,waw" {
+		return nil, fmt.Errorf("%w: accumulate_ordering %q (Rivet knows \"none\" and the default \"rar,raw,war,waw\")", fabric.ErrInvalid, info.AccumulateOrdering)
+	}
+	ep := c.Endpoint()
+	// Refuse what cannot be exposed before anything collective happens,
+	// so that no process waits for one that gave up.
+	var baseErr error
+	if flavor == FlavorCreate && len(base) > 0 {
+		if _, err := ep.ExposeLocal(base); err != nil {
+			baseErr = fmt.Errorf("%w (it is %d bytes of Go memory, which the runtime may move or free; use Allocate, or fabric.Endpoint.AllocMem)", ErrMemory, len(base))
+		}
+	}
+	comm, err := c.Dup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &Window{ep: ep, comm: comm, me: comm.Rank(), n: comm.Size(), flavor: flavor, info: info, disp: dispUnit}
+	defer func() {
+		if err != nil {
+			w.release()
+		}
+	}()
+	members := comm.Group().Members()
+	var mine desc
+	mine.size, mine.disp = uint64(size), uint64(dispUnit)
+	for _, r := range members {
+		if ep.Provider(r) == "verbs" {
+			mine.nic = true
+		}
+	}
+	// Everyone learns whether anyone failed its own checks; then all
+	// give up together.
+	bad := []int32{0}
+	if baseErr != nil {
+		bad[0] = 1
+	}
+	all := make([]int32, w.n)
+	if err := collectives.Allgather(ctx, comm, bad, all); err != nil {
+		return nil, err
+	}
+	if baseErr != nil {
+		return nil, baseErr
+	}
+	for r, b := range all {
+		if b != 0 {
+			return nil, fmt.Errorf("%w: rank %d could not expose its window memory", fabric.ErrInvalid, r)
+		}
+	}
+	nics := make([]int32, w.n)
+	flag := []int32{0}
+	if mine.nic {
+		flag[0] = 1
+	}
+	if err := collectives.Allgather(ctx, comm, flag, nics); err != nil {
+		return nil, err
+	}
+	for _, f := range nics {
+		w.nic = w.nic || f != 0
+	}
+	if w.nic && flavor == FlavorShared {
+		return nil, fmt.Errorf("%w: AllocateShared over processes that do not all share memory", fabric.ErrInvalid)
+	}
+	// Memory: the window's own (Allocate), the control words and the
+	// registered scratch words.
+	switch {
+	case flavor != FlavorCreate && size > 0:
+		if w.base, err = w.alloc(size); err != nil {
+			return nil, err
+		}
+	case flavor == FlavorCreate:
+		w.base = base
+	}
+	if w.ctl, err = w.alloc(ctlSize(w.n)); err != nil {
+		return nil, err
+	}
+	if w.scratch, err = w.alloc(scratchSize(w.n)); err != nil {
+		return nil, err
+	}
+	if len(w.base) > 0 {
+		mine.dataExposed = true
+		if mine.ldata, err = ep.ExposeLocal(w.base); err != nil {
+			return nil, err
+		}
+	}
+	if mine.lctl, err = ep.ExposeLocal(w.ctl); err != nil {
+		return nil, err
+	}
+	if w.nic {
+		if len(w.base) > 0 {
+			if mine.rdata, err = ep.Expose(w.base); err != nil {
+				return nil, err
+			}
+		}
+		if mine.rctl, err = ep.Expose(w.ctl); err != nil {
+			return nil, err
+		}
+	}
+	var b [descSize]byte
+	mine.marshal(b[:])
+	descs := make([]byte, descSize*w.n)
+	if err := collectives.Allgather(ctx, comm, b[:], descs); err != nil {
+		return nil, err
+	}
+	w.targets = make([]target, w.n)
+	for r := range w.n {
+		var d desc
+		d.unmarshal(descs[r*descSize:])
+		if info.SameSize && d.size != uint64(size) || info.SameDispUnit && d.disp != uint64(dispUnit) {
+			err = fmt.Errorf("%w: same_size/same_disp_unit promised, but rank %d gave %d bytes with unit %d", fabric.ErrInvalid, r, d.size, d.disp)
+			break
+		}
+		if e := w.connectTarget(r, members[r], &d); e != nil && err == nil {
+			err = e
+		}
+	}
+	// Every process reports how its mapping went before anyone frees
+	// memory a peer is still mapping.
+	ok := []int32{0}
+	if err != nil {
+		ok[0] = 1
+	}
+	if e := collectives.Allgather(ctx, comm, ok, all); e != nil && err == nil {
+		err = e
+	}
+	if err != nil {
+		return nil, err
+	}
+	for r, b := range all {
+		if b != 0 {
+			return nil, fmt.Errorf("fabric: rank %d could not reach the window", r)
+		}
+	}
+	if w.nic {
+		// Connect every queue pair now, while every process is here:
+		// afterwards no target needs to take part in anything.
+		for i := range w.targets {
+			t := &w.targets[i]
+			if t.nicRank >= 0 {
+				if _, err := w.casWord(ctx, t, regionCtl, 0, 0, 0); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if err := collectives.Barrier(ctx, comm); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// alloc takes n bytes from AllocMem, to free with the window.
+func (w *Window) alloc(n int) ([]byte, error) {
+	b, err := w.ep.AllocMem(n)
+	if err != nil {
+		return nil, err
+	}
+	w.owned = append(w.owned, b)
+	return b, nil
+}
+
+// connectTarget sets up the way to member r (world rank wr) from its
+// descriptor: mappings for processes sharing memory, remote keys for
+// the others.
+func (w *Window) connectTarget(r, wr int, d *desc) error {
+	t := &w.targets[r]
+	*t = target{world: wr, size: d.size, disp: d.disp, nicRank: -1}
+	if d.size > 0 && !d.dataExposed {
+		return fmt.Errorf("%w: rank %d has %d bytes but exposed none", fabric.ErrInvalid, r, d.size)
+	}
+	if p := w.ep.Provider(wr); p == "shm" || p == "self" {
+		t.local = true
+		if r == w.me {
+			t.data, t.ctl = w.base, w.ctl
+		} else {
+			var err error
+			if d.size > 0 {
+				if t.data, err = w.ep.MapLocal(d.ldata); err != nil {
+					return err
+				}
+				w.owned = append(w.owned, t.data)
+			}
+			if t.ctl, err = w.ep.MapLocal(d.lctl); err != nil {
+				return err
+			}
+			w.owned = append(w.owned, t.ctl)
+		}
+		if w.nic {
+			// Atomics go through this process's own NIC, on its own
+			// registration of the shared pages.
+			var err error
+			if len(t.data) > 0 {
+				if t.rdata, err = w.ep.Expose(t.data); err != nil {
+					return err
+				}
+			}
+			if t.rcl, err = w.ep.Expose(t.ctl); err != nil {
+				return err
+			}
+			t.nicRank = w.ep.World().Rank()
+		}
+		return nil
+	}
+	t.rdata, t.rcl, t.nicRank = d.rdata, d.rctl, wr
+	return nil
+}
+
+// Base is this process's window memory (nil for an empty one).
+func (w *Window) Base() []byte { return w.base }
+
+// Size is the length of this process's window memory in bytes.
+func (w *Window) Size() int { return len(w.base) }
+
+// DispUnit is this process's displacement unit.
+func (w *Window) DispUnit() int { return w.disp }
+
+// Flavor says how the window was made.
+func (w *Window) Flavor() Flavor { return w.flavor }
+
+// Info returns the hints the window was made with.
+func (w *Window) Info() Info { return w.info }
+
+// Group is the window's group (MPI_Win_get_group).
+func (w *Window) Group() fabric.Group { return w.comm.Group() }
+
+// Unified reports the memory model, which is always MPI_WIN_UNIFIED:
+// there is one copy of window memory, which loads and stores see.
+func (w *Window) Unified() bool { return true }
+
+// NICAtomics reports the window's atomicity domain: true when
+// accumulates and locks run on NIC atomics (some member is reached over
+// verbs), false when they are CPU atomics on shared memory.
+func (w *Window) NICAtomics() bool { return w.nic }
+
+// SharedQuery returns rank r's window memory as this process maps it,
+// with its displacement unit (MPI_Win_shared_query), for windows whose
+// processes share memory; loads and stores on it reach r's memory.
+func (w *Window) SharedQuery(r int) ([]byte, int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.freed {
+		return nil, 0, ErrFreed
+	}
+	if r < 0 || r >= w.n {
+		return nil, 0, fmt.Errorf("%w: rank %d of a %d-process window", fabric.ErrRank, r, w.n)
+	}
+	t := &w.targets[r]
+	if !t.local {
+		return nil, 0, fmt.Errorf("%w: rank %d does not share memory with this process", fabric.ErrInvalid, r)
+	}
+	return t.data, int(t.disp), nil
+}
+
+// Free frees the window (MPI_Win_free), collectively: it waits until
+// every process is done with the window, then releases this process's
+// memory and mappings. Every epoch must be closed first.
+func (w *Window) Free(ctx context.Context) error {
+	w.mu.Lock()
+	if w.freed {
+		w.mu.Unlock()
+		return ErrFreed
+	}
+	if err := w.ep_.idle(); err != nil {
+		w.mu.Unlock()
+		return fmt.Errorf("%w: Free with %v", ErrEpoch, err)
+	}
+	w.mu.Unlock()
+	if err := w.flushAll(ctx); err != nil {
+		return err
+	}
+	if err := collectives.Barrier(ctx, w.comm); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.freed = true
+	return w.release()
+}
+
+// release frees the memory the window holds, mappings of peers' memory
+// first, and the communicator.
+func (w *Window) release() error {
+	var first error
+	for i := len(w.owned) - 1; i >= 0; i-- {
+		if err := w.ep.FreeMem(w.owned[i]); err != nil && first == nil {
+			first = err
+		}
+	}
+	w.owned = nil
+	if w.comm != nil {
+		if err := w.comm.Free(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
