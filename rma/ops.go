@@ -22,17 +22,20 @@ import (
 // access checks that an operation of n bytes at disp of window rank r
 // is inside an access epoch and the target's window; it returns the
 // target and the byte offset. Called with w.mu held.
-func (w *Window) access(r, disp, n int) (*target, uint64, error) {
+func (w *Window) access(ctx context.Context, r, disp, n int) (*target, uint64, error) {
 	if r < 0 || r >= w.n {
 		return nil, 0, fmt.Errorf("%w: rank %d of a %d-process window", fabric.ErrRank, r, w.n)
 	}
 	if !w.ep_.canAccess(r) {
 		return nil, 0, fmt.Errorf("%w: an operation to rank %d outside any access epoch (Fence, Start, Lock or LockAll first)", ErrEpoch, r)
 	}
-	t := &w.targets[r]
 	if disp < 0 {
 		return nil, 0, fmt.Errorf("%w: displacement %d", ErrRange, disp)
 	}
+	if w.flavor == FlavorDynamic {
+		return w.dynAccess(ctx, r, uint64(disp), uint64(n))
+	}
+	t := &w.targets[r]
 	off := uint64(disp) * t.disp
 	if off > t.size || uint64(n) > t.size-off {
 		return nil, 0, fmt.Errorf("%w: %d bytes at byte %d of rank %d's %d-byte window", ErrRange, n, off, r, t.size)
@@ -60,7 +63,7 @@ func Put[T any](ctx context.Context, w *Window, origin []T, r, disp int) error {
 		return err
 	}
 	defer w.mu.Unlock()
-	t, off, err := w.access(r, disp, len(b))
+	t, off, err := w.access(ctx, r, disp, len(b))
 	if err != nil || len(b) == 0 {
 		return err
 	}
@@ -82,7 +85,7 @@ func Get[T any](ctx context.Context, w *Window, result []T, r, disp int) error {
 		return err
 	}
 	defer w.mu.Unlock()
-	t, off, err := w.access(r, disp, len(b))
+	t, off, err := w.access(ctx, r, disp, len(b))
 	if err != nil || len(b) == 0 {
 		return err
 	}
@@ -148,7 +151,7 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 		return err
 	}
 	defer w.mu.Unlock()
-	t, off, err := w.access(r, disp, n*esz)
+	t, off, err := w.access(ctx, r, disp, n*esz)
 	if err != nil || n == 0 {
 		return err
 	}
@@ -194,7 +197,7 @@ func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origi
 		return old, err
 	}
 	defer w.mu.Unlock()
-	t, off, err := w.access(r, disp, esz)
+	t, off, err := w.access(ctx, r, disp, esz)
 	if err != nil {
 		return old, err
 	}

@@ -138,23 +138,49 @@ func init() {
 	progs["allocs"] = progAllocs
 }
 
-// flavors makes a window of size bytes (displacement unit 8) of each
-// flavor that the job supports.
-func flavors(ctx context.Context, ep *fabric.Endpoint, size int) (names []string, make_ []func() (*Window, func())) {
+// window is one made for a test: its memory here, how to free it, and
+// the displacement of 8-byte word d at window rank t.
+type window struct {
+	*Window
+	base []byte
+	free func()
+	D    func(t, d int) int
+}
+
+func unit8(t, d int) int { return d }
+
+// flavors makes a window of size bytes (displacement unit 8, or 1 with
+// addresses for a dynamic window) of each flavor the job supports.
+func flavors(ctx context.Context, ep *fabric.Endpoint, size int) (names []string, make_ []func() window) {
 	c := ep.World()
-	names = append(names, "allocate", "create")
+	names = append(names, "allocate", "create", "dynamic")
 	make_ = append(make_,
-		func() (*Window, func()) {
+		func() window {
 			w, err := Allocate(ctx, c, size, 8, Info{})
 			must(err, "allocate")
-			return w, func() { must(w.Free(ctx), "free") }
+			return window{w, w.Base(), func() { must(w.Free(ctx), "free") }, unit8}
 		},
-		func() (*Window, func()) {
+		func() window {
 			b, err := ep.AllocMem(size)
 			must(err, "allocmem")
 			w, err := Create(ctx, c, b, 8, Info{})
 			must(err, "create")
-			return w, func() { must(w.Free(ctx), "free"); must(ep.FreeMem(b), "freemem") }
+			return window{w, b, func() { must(w.Free(ctx), "free"); must(ep.FreeMem(b), "freemem") }, unit8}
+		},
+		func() window {
+			w, err := CreateDynamic(ctx, c, Info{})
+			must(err, "create dynamic")
+			b, err := ep.AllocMem(size)
+			must(err, "allocmem")
+			must(w.Attach(b), "attach")
+			addrs := make([]int64, c.Size())
+			must(collectives.Allgather(ctx, c, []int64{int64(Address(b))}, addrs), "allgather")
+			return window{w, b, func() {
+				must(collectives.Barrier(ctx, c), "barrier")
+				must(w.Detach(b), "detach")
+				must(w.Free(ctx), "free")
+				must(ep.FreeMem(b), "freemem")
+			}, func(t, d int) int { return int(addrs[t]) + 8*d }}
 		})
 	shared := true
 	for r := range c.Size() {
@@ -164,10 +190,18 @@ func flavors(ctx context.Context, ep *fabric.Endpoint, size int) (names []string
 	}
 	if shared {
 		names = append(names, "shared")
-		make_ = append(make_, func() (*Window, func()) {
+		make_ = append(make_, func() window {
 			w, err := AllocateShared(ctx, c, size, 8, Info{SameSize: true})
 			must(err, "allocate shared")
-			return w, func() { must(w.Free(ctx), "free") }
+			// Every process sees its neighbours' memory directly.
+			for r := range c.Size() {
+				b, unit, err := w.SharedQuery(r)
+				must(err, "shared query")
+				if len(b) != size || unit != 8 {
+					failf("SharedQuery(%d): %d bytes, unit %d", r, len(b), unit)
+				}
+			}
+			return window{w, w.Base(), func() { must(w.Free(ctx), "free") }, unit8}
 		})
 	}
 	return names, make_
@@ -201,7 +235,8 @@ func progModel(ctx context.Context, ep *fabric.Endpoint) error {
 	for fi, mk := range makers {
 		for _, mode := range []string{"fence", "pscw", "lock", "lockall"} {
 			where := names[fi] + "/" + mode
-			w, free := mk()
+			win := mk()
+			w, free, D := win.Window, win.free, win.D
 			var fops []int64
 			var cas int64
 			var gacc [4]int16
@@ -247,39 +282,39 @@ func progModel(ctx context.Context, ep *fabric.Endpoint) error {
 				pat[i] = int64(me*100 + i)
 			}
 			lock(right, Exclusive)
-			must(Put(ctx, w, pat, right, dPut), where+": put")
+			must(Put(ctx, w, pat, right, D(right, dPut)), where+": put")
 			unlock(right)
 			for t := range n {
 				lock(t, Shared)
 				ones := []int64{int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1)}
-				must(Accumulate(ctx, w, ones, t, dSum, op.Sum[int64]()), where+": acc int64")
+				must(Accumulate(ctx, w, ones, t, D(t, dSum), op.Sum[int64]()), where+": acc int64")
 				small := []int32{int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1)}
-				must(Accumulate(ctx, w, small, t, dSum4, op.Sum[int32]()), where+": acc int32")
+				must(Accumulate(ctx, w, small, t, D(t, dSum4), op.Sum[int32]()), where+": acc int32")
 				var mx [8]uint8
 				for i := range mx {
 					mx[i] = maxByte(me, i)
 				}
-				must(Accumulate(ctx, w, mx[:], t, dMax, op.Max[uint8]()), where+": acc max")
-				v, err := FetchAndOp(ctx, w, 1, t, dFop, op.Sum[int64]())
+				must(Accumulate(ctx, w, mx[:], t, D(t, dMax), op.Max[uint8]()), where+": acc max")
+				v, err := FetchAndOp(ctx, w, 1, t, D(t, dFop), op.Sum[int64]())
 				must(err, where+": fetch and op")
 				fops = append(fops, v)
-				must(Accumulate(ctx, w, []float64{float64(me) + 0.5}, t, dRepl, op.Replace[float64]()), where+": replace")
+				must(Accumulate(ctx, w, []float64{float64(me) + 0.5}, t, D(t, dRepl), op.Replace[float64]()), where+": replace")
 				var got [4]int16
-				must(GetAccumulate(ctx, w, []int16{1, 2, 3, 4}, got[:], t, dGacc, op.Sum[int16]()), where+": get accumulate")
+				must(GetAccumulate(ctx, w, []int16{1, 2, 3, 4}, got[:], t, D(t, dGacc), op.Sum[int16]()), where+": get accumulate")
 				if t == 0 {
 					gacc = got
 				}
 				unlock(t)
 			}
 			lock(0, Shared)
-			old, err := CompareAndSwap(ctx, w, int64(0), int64(me+1), 0, dCAS)
+			old, err := CompareAndSwap(ctx, w, int64(0), int64(me+1), 0, D(0, dCAS))
 			must(err, where+": cas")
 			cas = old
 			unlock(0)
 			closeE()
 			// Check: this process's own memory, and a get of the
 			// right neighbour's.
-			base := w.Base()
+			base := win.base
 			i64 := unsafe.Slice((*int64)(unsafe.Pointer(&base[0])), words)
 			left := (me + n - 1) % n
 			for i := range 8 {
@@ -355,7 +390,7 @@ func progModel(ctx context.Context, ep *fabric.Endpoint) error {
 			back := make([]int64, 8)
 			open()
 			lock(right, Shared)
-			must(Get(ctx, w, back, right, dPut), where+": get")
+			must(Get(ctx, w, back, right, D(right, dPut)), where+": get")
 			unlock(right)
 			if mode == "lockall" {
 				must(w.Flush(ctx, right), where+": flush")
@@ -606,6 +641,34 @@ func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 			failf("a freed window: %v", err)
 		}
 	}
+	// A dynamic window: Go memory cannot be attached; a detached region
+	// is found missing at the origin's next epoch.
+	dw, err := CreateDynamic(ctx, c, Info{})
+	must(err, "create dynamic")
+	if err := dw.Attach(make([]byte, 64)); !errors.Is(err, ErrMemory) {
+		failf("Attach of Go memory: %v", err)
+	}
+	mem, err := ep.AllocMem(64)
+	must(err, "allocmem")
+	must(dw.Attach(mem), "attach")
+	addrs := make([]int64, c.Size())
+	must(collectives.Allgather(ctx, c, []int64{int64(Address(mem))}, addrs), "allgather")
+	must(dw.LockAll(ctx, 0), "lockall")
+	must(Put(ctx, dw, []int64{7}, 1, int(addrs[1])), "put to attached memory")
+	if err := Put(ctx, dw, []int64{7}, 1, int(addrs[1])+64); !errors.Is(err, ErrRange) {
+		failf("put past attached memory: %v", err)
+	}
+	must(dw.UnlockAll(ctx), "unlockall")
+	must(collectives.Barrier(ctx, c), "barrier")
+	must(dw.Detach(mem), "detach")
+	must(collectives.Barrier(ctx, c), "barrier")
+	must(dw.LockAll(ctx, 0), "lockall")
+	if err := Put(ctx, dw, []int64{7}, 1, int(addrs[1])); !errors.Is(err, ErrRange) {
+		failf("put to detached memory: %v", err)
+	}
+	must(dw.UnlockAll(ctx), "unlockall")
+	must(dw.Free(ctx), "free dynamic")
+	must(ep.FreeMem(mem), "freemem")
 	// no_locks.
 	nl, err := Allocate(ctx, c, 8, 1, Info{NoLocks: true})
 	must(err, "allocate no_locks")

@@ -90,6 +90,10 @@ func (w *Window) begin() error {
 	return nil
 }
 
+// synced notes a synchronization call: a dynamic window reads its
+// targets' tables of attached memory again after one.
+func (w *Window) synced() { w.dyn.syncs++ }
+
 // Fence closes the current fence epoch, completing every operation this
 // process issued on the window, and opens the next one (MPI_Win_fence).
 // It is collective. With NoSucceed no epoch follows; with NoPrecede none
@@ -102,6 +106,7 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 		return err
 	}
 	defer w.mu.Unlock()
+	w.synced()
 	if err := w.ep_.idle(); err != nil {
 		return fmt.Errorf("%w: Fence with %v (fence does not mix with PSCW or passive target)", ErrEpoch, err)
 	}
@@ -168,6 +173,7 @@ func (w *Window) Start(ctx context.Context, group []int, a Assert) error {
 		return err
 	}
 	defer w.mu.Unlock()
+	w.synced()
 	if err := w.checkGroup(group, "Start"); err != nil {
 		return err
 	}
@@ -273,6 +279,7 @@ func (w *Window) Lock(ctx context.Context, l LockType, r int, a Assert) error {
 		return err
 	}
 	defer w.mu.Unlock()
+	w.synced()
 	if r < 0 || r >= w.n {
 		return fmt.Errorf("%w: Lock of rank %d of a %d-process window", fabric.ErrRank, r, w.n)
 	}
@@ -341,6 +348,7 @@ func (w *Window) LockAll(ctx context.Context, a Assert) error {
 		return err
 	}
 	defer w.mu.Unlock()
+	w.synced()
 	e := &w.ep_
 	switch {
 	case w.info.NoLocks:
@@ -416,6 +424,7 @@ func (w *Window) flushCall(ctx context.Context, r int, call string) error {
 		return err
 	}
 	defer w.mu.Unlock()
+	w.synced()
 	e := &w.ep_
 	if r >= w.n || r < -1 {
 		return fmt.Errorf("%w: %s of rank %d of a %d-process window", fabric.ErrRank, call, r, w.n)

@@ -17,6 +17,7 @@ const (
 	FlavorCreate   Flavor = iota + 1 // Create: memory the caller brought
 	FlavorAllocate                   // Allocate: memory the window allocated
 	FlavorShared                     // AllocateShared: node-shared memory, SharedQuery
+	FlavorDynamic                    // CreateDynamic: memory attached and detached later
 )
 
 func (f Flavor) String() string {
@@ -27,6 +28,8 @@ func (f Flavor) String() string {
 		return "allocate"
 	case FlavorShared:
 		return "shared"
+	case FlavorDynamic:
+		return "dynamic"
 	}
 	return fmt.Sprintf("Flavor(%d)", uint8(f))
 }
@@ -84,6 +87,7 @@ type Window struct {
 	pend  []int    // the words rmw has yet to swap
 	cas   casCache
 	wbuf  [8]byte // the word rmw applies an operation to
+	dyn   dynState
 	obuf  []byte  // an accumulate's origin operand
 }
 
@@ -271,7 +275,11 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 	case flavor == FlavorCreate:
 		w.base = base
 	}
-	if w.ctl, err = w.alloc(ctlSize(w.n)); err != nil {
+	ctlLen := ctlSize(w.n)
+	if flavor == FlavorDynamic {
+		ctlLen += dynTableSize
+	}
+	if w.ctl, err = w.alloc(ctlLen); err != nil {
 		return nil, err
 	}
 	if w.scratch, err = w.alloc(scratchSize(w.n)); err != nil {
