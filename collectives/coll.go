@@ -38,7 +38,6 @@ var ErrCount = fmt.Errorf("collectives: counts and buffers do not fit: %w", fabr
 // mean nothing in another process.
 var ErrType = fmt.Errorf("collectives: element type holds pointers: %w", fabric.ErrInvalid)
 
-
 func checkType[T any]() error {
 	if !elem.Plain[T]() {
 		return fmt.Errorf("%w: %v", ErrType, reflect.TypeFor[T]())

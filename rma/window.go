@@ -88,7 +88,7 @@ type Window struct {
 	cas   casCache
 	wbuf  [8]byte // the word rmw applies an operation to
 	dyn   dynState
-	obuf  []byte  // an accumulate's origin operand
+	obuf  []byte // an accumulate's origin operand
 }
 
 // target is how this process reaches one member's window.
