@@ -553,7 +553,7 @@ func progSleep(ctx context.Context, ep *fabric.Endpoint) error {
 		if got := *(*int64)(unsafe.Pointer(&w.Base()[0])); got != 100 {
 			failf("counter %d, want 100", got)
 		}
-	} else {
+	} else if c.Rank() == 0 {
 		for i := 0; i < 50; i++ {
 			must(w.Lock(ctx, Exclusive, 1, 0), "lock")
 			_, err := FetchAndOp(ctx, w, int64(1), 1, 0, op.Sum[int64]())
@@ -590,7 +590,7 @@ func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 		{"complete without start", w.Complete(ctx), ErrEpoch},
 		{"wait without post", w.Wait(ctx), ErrEpoch},
 		{"flush outside passive target", w.Flush(ctx, 1), ErrEpoch},
-		{"lock of a rank outside", w.Lock(ctx, Shared, 2, 0), fabric.ErrRank},
+		{"lock of a rank outside", w.Lock(ctx, Shared, c.Size(), 0), fabric.ErrRank},
 		{"lock type", w.Lock(ctx, LockType(9), 1, 0), fabric.ErrInvalid},
 		{"fence assertion bits", w.Fence(ctx, Assert(0x80)), fabric.ErrInvalid},
 	} {
