@@ -127,6 +127,7 @@ func TestSleepingTarget(t *testing.T) {
 	run(t, "sleep", 2)
 }
 func TestBadInput(t *testing.T) { run(t, "bad", 2) }
+func TestPSCWGroups(t *testing.T) { run(t, "pscw", 3, 4) }
 func TestAllocs(t *testing.T)   { run(t, "allocs", 2) }
 
 func init() {
@@ -135,6 +136,7 @@ func init() {
 	progs["locks"] = progLocks
 	progs["sleep"] = progSleep
 	progs["bad"] = progBad
+	progs["pscw"] = progPSCW
 	progs["allocs"] = progAllocs
 }
 
@@ -282,12 +284,25 @@ func progModel(ctx context.Context, ep *fabric.Endpoint) error {
 				pat[i] = int64(me*100 + i)
 			}
 			lock(right, Exclusive)
-			must(Put(ctx, w, pat, right, D(right, dPut)), where+": put")
+			if mode == "lock" || mode == "lockall" {
+				// Passive target: the request-based form.
+				q, err := Rput(ctx, w, pat, right, D(right, dPut))
+				must(err, where+": rput")
+				must(q.Wait(ctx), where+": rput wait")
+			} else {
+				must(Put(ctx, w, pat, right, D(right, dPut)), where+": put")
+			}
 			unlock(right)
 			for t := range n {
 				lock(t, Shared)
 				ones := []int64{int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1), int64(me + 1)}
-				must(Accumulate(ctx, w, ones, t, D(t, dSum), op.Sum[int64]()), where+": acc int64")
+				if mode == "lockall" {
+					q, err := Raccumulate(ctx, w, ones, t, D(t, dSum), op.Sum[int64]())
+					must(err, where+": raccumulate")
+					must(q.Wait(ctx), where+": raccumulate wait")
+				} else {
+					must(Accumulate(ctx, w, ones, t, D(t, dSum), op.Sum[int64]()), where+": acc int64")
+				}
 				small := []int32{int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1), int32(me + 1)}
 				must(Accumulate(ctx, w, small, t, D(t, dSum4), op.Sum[int32]()), where+": acc int32")
 				var mx [8]uint8
@@ -300,7 +315,13 @@ func progModel(ctx context.Context, ep *fabric.Endpoint) error {
 				fops = append(fops, v)
 				must(Accumulate(ctx, w, []float64{float64(me) + 0.5}, t, D(t, dRepl), op.Replace[float64]()), where+": replace")
 				var got [4]int16
-				must(GetAccumulate(ctx, w, []int16{1, 2, 3, 4}, got[:], t, D(t, dGacc), op.Sum[int16]()), where+": get accumulate")
+				if mode == "lock" || mode == "lockall" {
+					q, err := RgetAccumulate(ctx, w, []int16{1, 2, 3, 4}, got[:], t, D(t, dGacc), op.Sum[int16]())
+					must(err, where+": rget accumulate")
+					must(q.Wait(ctx), where+": rget accumulate wait")
+				} else {
+					must(GetAccumulate(ctx, w, []int16{1, 2, 3, 4}, got[:], t, D(t, dGacc), op.Sum[int16]()), where+": get accumulate")
+				}
 				if t == 0 {
 					gacc = got
 				}
@@ -390,11 +411,15 @@ func progModel(ctx context.Context, ep *fabric.Endpoint) error {
 			back := make([]int64, 8)
 			open()
 			lock(right, Shared)
-			must(Get(ctx, w, back, right, D(right, dPut)), where+": get")
-			unlock(right)
 			if mode == "lockall" {
+				q, err := Rget(ctx, w, back, right, D(right, dPut))
+				must(err, where+": rget")
+				must(q.Wait(ctx), where+": rget wait")
 				must(w.Flush(ctx, right), where+": flush")
+			} else {
+				must(Get(ctx, w, back, right, D(right, dPut)), where+": get")
 			}
+			unlock(right)
 			closeE()
 			for i := range back {
 				if back[i] != int64(me*100+i) {
@@ -716,5 +741,61 @@ func progAllocs(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	must(collectives.Barrier(ctx, c), "barrier")
 	must(ep.FreeMem(buf), "freemem")
+	return w.Free(ctx)
+}
+
+// progPSCW: post/start/complete/wait with groups that overlap — each
+// rank exposes itself to its two neighbours and accesses both, many
+// rounds in a row, some closed by Test — and a rank outside a group
+// that starts late; every value lands in its round.
+func progPSCW(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	me, n := c.Rank(), c.Size()
+	w, err := Allocate(ctx, c, 16*8, 8, Info{})
+	must(err, "allocate")
+	left, right := (me+n-1)%n, (me+1)%n
+	nb := []int{left, right}
+	if left == right {
+		nb = nb[:1]
+	}
+	cells := unsafe.Slice((*int64)(unsafe.Pointer(&w.Base()[0])), 16)
+	for round := int64(1); round <= 20; round++ {
+		must(w.Post(ctx, nb, 0), "post")
+		must(w.Start(ctx, nb, 0), "start")
+		must(Put(ctx, w, []int64{round*100 + int64(me)}, right, 0), "put right")
+		must(Put(ctx, w, []int64{round*100 + int64(me)}, left, 1), "put left")
+		must(w.Complete(ctx), "complete")
+		if round%2 == 0 {
+			for {
+				done, err := w.Test()
+				must(err, "test")
+				if done {
+					break
+				}
+			}
+		} else {
+			must(w.Wait(ctx), "wait")
+		}
+		if cells[0] != round*100+int64(left) || cells[1] != round*100+int64(right) {
+			failf("round %d: cells %d %d, want %d %d", round, cells[0], cells[1], round*100+int64(left), round*100+int64(right))
+		}
+	}
+	// Rank 0 exposes itself to every other rank at once; they access it
+	// one after another, each adding to a cell.
+	if me == 0 {
+		others := make([]int, 0, n-1)
+		for r := 1; r < n; r++ {
+			others = append(others, r)
+		}
+		must(w.Post(ctx, others, 0), "post")
+		must(w.Wait(ctx), "wait")
+		if cells[2] != int64(n*(n-1)/2) {
+			failf("sum of the starters' ranks: %d, want %d", cells[2], n*(n-1)/2)
+		}
+	} else {
+		must(w.Start(ctx, []int{0}, 0), "start")
+		must(Accumulate(ctx, w, []int64{int64(me)}, 0, 2, op.Sum[int64]()), "accumulate")
+		must(w.Complete(ctx), "complete")
+	}
 	return w.Free(ctx)
 }
