@@ -126,9 +126,9 @@ func TestLocks(t *testing.T)     { run(t, "locks", 2, 4) }
 func TestSleepingTarget(t *testing.T) {
 	run(t, "sleep", 2)
 }
-func TestBadInput(t *testing.T) { run(t, "bad", 2) }
+func TestBadInput(t *testing.T)   { run(t, "bad", 2) }
 func TestPSCWGroups(t *testing.T) { run(t, "pscw", 3, 4) }
-func TestAllocs(t *testing.T)   { run(t, "allocs", 2) }
+func TestAllocs(t *testing.T)     { run(t, "allocs", 2) }
 
 func init() {
 	progs["model"] = progModel
