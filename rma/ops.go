@@ -55,45 +55,40 @@ func plainCheck[T any]() error {
 // memory from AllocMem moves with zero copies over verbs, other memory
 // is staged.
 func Put[T any](ctx context.Context, w *Window, origin []T, r, disp int) error {
-	if err := plainCheck[T](); err != nil {
-		return err
-	}
-	b := elem.Bytes(origin)
-	if err := w.begin(); err != nil {
-		return err
-	}
-	defer w.mu.Unlock()
-	t, off, err := w.access(ctx, r, disp, len(b))
-	if err != nil || len(b) == 0 {
-		return err
-	}
-	if t.local {
-		copy(t.data[off:], b)
-		return nil
-	}
-	return w.ep.Put(ctx, t.nicRank, t.rdata, off, b)
+	return transfer(ctx, w, origin, r, disp, true)
 }
 
 // Get reads window rank r's memory at displacement disp into result
 // (MPI_Get); result holds it once the operation completes.
 func Get[T any](ctx context.Context, w *Window, result []T, r, disp int) error {
+	return transfer(ctx, w, result, r, disp, false)
+}
+
+// transfer is Put (put) or Get: a copy when the target's memory is
+// mapped here, an RDMA write or read otherwise.
+func transfer[T any](ctx context.Context, w *Window, buf []T, r, disp int, put bool) error {
 	if err := plainCheck[T](); err != nil {
 		return err
 	}
-	b := elem.Bytes(result)
+	b := elem.Bytes(buf)
 	if err := w.begin(); err != nil {
 		return err
 	}
 	defer w.mu.Unlock()
 	t, off, err := w.access(ctx, r, disp, len(b))
-	if err != nil || len(b) == 0 {
+	switch {
+	case err != nil || len(b) == 0:
 		return err
-	}
-	if t.local {
+	case t.local && put:
+		copy(t.data[off:], b)
+	case t.local:
 		copy(b, t.data[off:])
-		return nil
+	case put:
+		return w.ep.Put(ctx, t.nicRank, t.rdata, off, b)
+	default:
+		return w.ep.Get(ctx, t.nicRank, t.rdata, off, b)
 	}
-	return w.ep.Get(ctx, t.nicRank, t.rdata, off, b)
+	return nil
 }
 
 // Accumulate combines origin into window rank r's memory at disp with o

@@ -233,82 +233,53 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 			mine.nic = true
 		}
 	}
-	// Everyone learns whether anyone failed its own checks; then all
-	// give up together.
-	bad := []int32{0}
+	// One exchange tells everyone whether anyone reaches a member over
+	// verbs (the atomicity domain) and whether anyone failed its own
+	// checks, in which case all give up together: no process is left
+	// waiting for one that returned.
+	flags := []int32{0}
+	if mine.nic {
+		flags[0] |= 1
+	}
 	if baseErr != nil {
-		bad[0] = 1
+		flags[0] |= 2
 	}
 	all := make([]int32, w.n)
-	if err := collectives.Allgather(ctx, comm, bad, all); err != nil {
+	if err := collectives.Allgather(ctx, comm, flags, all); err != nil {
 		return nil, err
 	}
 	if baseErr != nil {
 		return nil, baseErr
 	}
-	for r, b := range all {
-		if b != 0 {
+	for r, f := range all {
+		if f&2 != 0 {
 			return nil, fmt.Errorf("%w: rank %d could not expose its window memory", fabric.ErrInvalid, r)
 		}
-	}
-	nics := make([]int32, w.n)
-	flag := []int32{0}
-	if mine.nic {
-		flag[0] = 1
-	}
-	if err := collectives.Allgather(ctx, comm, flag, nics); err != nil {
-		return nil, err
-	}
-	for _, f := range nics {
-		w.nic = w.nic || f != 0
+		w.nic = w.nic || f&1 != 0
 	}
 	if w.nic && flavor == FlavorShared {
 		return nil, fmt.Errorf("%w: AllocateShared over processes that do not all share memory", fabric.ErrInvalid)
 	}
-	// Memory: the window's own (Allocate), the control words and the
-	// registered scratch words.
-	switch {
-	case flavor != FlavorCreate && size > 0:
-		if w.base, err = w.alloc(size); err != nil {
-			return nil, err
-		}
-	case flavor == FlavorCreate:
-		w.base = base
-	}
-	ctlLen := ctlSize(w.n)
-	if flavor == FlavorDynamic {
-		ctlLen += dynTableSize
-	}
-	if w.ctl, err = w.alloc(ctlLen); err != nil {
-		return nil, err
-	}
-	if w.scratch, err = w.alloc(scratchSize(w.n)); err != nil {
-		return nil, err
-	}
-	if len(w.base) > 0 {
-		mine.dataExposed = true
-		if mine.ldata, err = ep.ExposeLocal(w.base); err != nil {
-			return nil, err
-		}
-	}
-	if mine.lctl, err = ep.ExposeLocal(w.ctl); err != nil {
-		return nil, err
-	}
-	if w.nic {
-		if len(w.base) > 0 {
-			if mine.rdata, err = ep.Expose(w.base); err != nil {
-				return nil, err
-			}
-		}
-		if mine.rctl, err = ep.Expose(w.ctl); err != nil {
-			return nil, err
-		}
-	}
+	// This process's memory — its window (Allocate), the control words,
+	// the registered scratch words — and how peers reach it. A failure
+	// here is reported in the descriptor, so the exchange still happens.
+	setupErr := w.setup(flavor, base, size, &mine)
 	var b [descSize]byte
 	mine.marshal(b[:])
+	if setupErr != nil {
+		b[2] = 1
+	}
 	descs := make([]byte, descSize*w.n)
 	if err := collectives.Allgather(ctx, comm, b[:], descs); err != nil {
 		return nil, err
+	}
+	if setupErr != nil {
+		return nil, setupErr
+	}
+	for r := range w.n {
+		if descs[r*descSize+2] != 0 {
+			return nil, fmt.Errorf("rma: rank %d could not set its window memory up", r)
+		}
 	}
 	w.targets = make([]target, w.n)
 	for r := range w.n {
@@ -336,7 +307,7 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 	}
 	for r, b := range all {
 		if b != 0 {
-			return nil, fmt.Errorf("fabric: rank %d could not reach the window", r)
+			return nil, fmt.Errorf("rma: rank %d could not reach the window", r)
 		}
 	}
 	if w.nic {
@@ -355,6 +326,50 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 		}
 	}
 	return w, nil
+}
+
+// setup allocates and exposes this process's memory for a window and
+// fills in its descriptor.
+func (w *Window) setup(flavor Flavor, base []byte, size int, mine *desc) (err error) {
+	ep := w.ep
+	switch {
+	case flavor != FlavorCreate && size > 0:
+		if w.base, err = w.alloc(size); err != nil {
+			return err
+		}
+	case flavor == FlavorCreate:
+		w.base = base
+	}
+	ctlLen := ctlSize(w.n)
+	if flavor == FlavorDynamic {
+		ctlLen += dynTableSize
+	}
+	if w.ctl, err = w.alloc(ctlLen); err != nil {
+		return err
+	}
+	if w.scratch, err = w.alloc(scratchSize(w.n)); err != nil {
+		return err
+	}
+	if len(w.base) > 0 {
+		mine.dataExposed = true
+		if mine.ldata, err = ep.ExposeLocal(w.base); err != nil {
+			return err
+		}
+	}
+	if mine.lctl, err = ep.ExposeLocal(w.ctl); err != nil {
+		return err
+	}
+	if w.nic {
+		if len(w.base) > 0 {
+			if mine.rdata, err = ep.Expose(w.base); err != nil {
+				return err
+			}
+		}
+		if mine.rctl, err = ep.Expose(w.ctl); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // alloc takes n bytes from AllocMem, to free with the window.
