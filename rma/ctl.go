@@ -163,8 +163,8 @@ func (w *Window) flushAll(ctx context.Context) error {
 // barrier is a dissemination barrier over the bar words: in round k each
 // process tells (me + 2^k) mod n and waits to hear from (me - 2^k) mod n.
 func (w *Window) barrier(ctx context.Context) error {
-	w.ep_.bar++
-	e := w.ep_.bar
+	w.st.bar++
+	e := w.st.bar
 	for k := 0; 1<<k < w.n; k++ {
 		if k >= barRounds {
 			return fmt.Errorf("rma: %d processes exceed the barrier's rounds", w.n)

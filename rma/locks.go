@@ -105,8 +105,8 @@ func (w *Window) tryExclusive(ctx context.Context, t *target, k int, bit uint64)
 	return true, nil
 }
 
-// release gives lock kind l at window rank r back.
-func (w *Window) release_(ctx context.Context, r int, l LockType) error {
+// unlockTarget gives lock kind l at window rank r back.
+func (w *Window) unlockTarget(ctx context.Context, r int, l LockType) error {
 	t := &w.targets[r]
 	k, bit := w.myBit()
 	if l == Shared {

@@ -26,7 +26,7 @@ func (w *Window) access(ctx context.Context, r, disp, n int) (*target, uint64, e
 	if r < 0 || r >= w.n {
 		return nil, 0, fmt.Errorf("%w: rank %d of a %d-process window", fabric.ErrRank, r, w.n)
 	}
-	if !w.ep_.canAccess(r) {
+	if !w.st.canAccess(r) {
 		return nil, 0, fmt.Errorf("%w: an operation to rank %d outside any access epoch (Fence, Start, Lock or LockAll first)", ErrEpoch, r)
 	}
 	if disp < 0 {

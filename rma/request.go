@@ -31,7 +31,7 @@ func passive(w *Window, r int) error {
 		return err
 	}
 	defer w.mu.Unlock()
-	if r >= 0 && r < w.n && !w.ep_.lockAll && w.ep_.locks[r] == 0 {
+	if r >= 0 && r < w.n && !w.st.lockAll && w.st.locks[r] == 0 {
 		return fmt.Errorf("%w: request-based operations need a passive-target epoch (Lock or LockAll)", ErrEpoch)
 	}
 	return nil

@@ -86,7 +86,7 @@ func (w *Window) begin() error {
 		w.mu.Unlock()
 		return ErrFreed
 	}
-	w.ep_.init(w.n)
+	w.st.init(w.n)
 	return nil
 }
 
@@ -107,7 +107,7 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 	}
 	defer w.mu.Unlock()
 	w.synced()
-	if err := w.ep_.idle(); err != nil {
+	if err := w.st.idle(); err != nil {
 		return fmt.Errorf("%w: Fence with %v (fence does not mix with PSCW or passive target)", ErrEpoch, err)
 	}
 	if a&NoPrecede == 0 {
@@ -118,7 +118,7 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 	if err := w.barrier(ctx); err != nil {
 		return err
 	}
-	w.ep_.fence = a&NoSucceed == 0
+	w.st.fence = a&NoSucceed == 0
 	return nil
 }
 
@@ -148,7 +148,7 @@ func (w *Window) Post(ctx context.Context, group []int, a Assert) error {
 	if err := w.checkGroup(group, "Post"); err != nil {
 		return err
 	}
-	e := &w.ep_
+	e := &w.st
 	if e.exposeOn || e.fence {
 		return fmt.Errorf("%w: Post while an exposure or fence epoch is open", ErrEpoch)
 	}
@@ -177,7 +177,7 @@ func (w *Window) Start(ctx context.Context, group []int, a Assert) error {
 	if err := w.checkGroup(group, "Start"); err != nil {
 		return err
 	}
-	e := &w.ep_
+	e := &w.st
 	if e.accessOn || e.fence || e.lockAll || e.nlocks > 0 {
 		return fmt.Errorf("%w: Start while another access epoch is open", ErrEpoch)
 	}
@@ -199,7 +199,7 @@ func (w *Window) Complete(ctx context.Context) error {
 		return err
 	}
 	defer w.mu.Unlock()
-	e := &w.ep_
+	e := &w.st
 	if !e.accessOn {
 		return fmt.Errorf("%w: Complete without Start", ErrEpoch)
 	}
@@ -225,7 +225,7 @@ func (w *Window) Wait(ctx context.Context) error {
 		return err
 	}
 	defer w.mu.Unlock()
-	e := &w.ep_
+	e := &w.st
 	if !e.exposeOn {
 		return fmt.Errorf("%w: Wait without Post", ErrEpoch)
 	}
@@ -248,7 +248,7 @@ func (w *Window) Test() (bool, error) {
 		return false, err
 	}
 	defer w.mu.Unlock()
-	e := &w.ep_
+	e := &w.st
 	if !e.exposeOn {
 		return false, fmt.Errorf("%w: Test without Post", ErrEpoch)
 	}
@@ -283,7 +283,7 @@ func (w *Window) Lock(ctx context.Context, l LockType, r int, a Assert) error {
 	if r < 0 || r >= w.n {
 		return fmt.Errorf("%w: Lock of rank %d of a %d-process window", fabric.ErrRank, r, w.n)
 	}
-	e := &w.ep_
+	e := &w.st
 	switch {
 	case w.info.NoLocks:
 		return fmt.Errorf("%w: Lock on a window made with the no_locks hint", ErrEpoch)
@@ -321,7 +321,7 @@ func (w *Window) Unlock(ctx context.Context, r int) error {
 	if r < 0 || r >= w.n {
 		return fmt.Errorf("%w: Unlock of rank %d of a %d-process window", fabric.ErrRank, r, w.n)
 	}
-	e := &w.ep_
+	e := &w.st
 	l := e.locks[r]
 	if l == 0 {
 		return fmt.Errorf("%w: Unlock of rank %d, which this process has not locked", ErrEpoch, r)
@@ -330,7 +330,7 @@ func (w *Window) Unlock(ctx context.Context, r int) error {
 		return err
 	}
 	if l&noCheckHeld == 0 {
-		if err := w.release_(ctx, r, l); err != nil {
+		if err := w.unlockTarget(ctx, r, l); err != nil {
 			return err
 		}
 	}
@@ -349,7 +349,7 @@ func (w *Window) LockAll(ctx context.Context, a Assert) error {
 	}
 	defer w.mu.Unlock()
 	w.synced()
-	e := &w.ep_
+	e := &w.st
 	switch {
 	case w.info.NoLocks:
 		return fmt.Errorf("%w: LockAll on a window made with the no_locks hint", ErrEpoch)
@@ -362,7 +362,7 @@ func (w *Window) LockAll(ctx context.Context, a Assert) error {
 		for r := range w.n {
 			if err := w.acquire(ctx, r, Shared); err != nil {
 				for q := r - 1; q >= 0; q-- {
-					w.release_(context.WithoutCancel(ctx), q, Shared)
+					w.unlockTarget(context.WithoutCancel(ctx), q, Shared)
 				}
 				return err
 			}
@@ -380,7 +380,7 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 		return err
 	}
 	defer w.mu.Unlock()
-	e := &w.ep_
+	e := &w.st
 	if !e.lockAll {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrEpoch)
 	}
@@ -389,7 +389,7 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 	}
 	if !e.lockAllNoCheck {
 		for r := range w.n {
-			if err := w.release_(ctx, r, Shared); err != nil {
+			if err := w.unlockTarget(ctx, r, Shared); err != nil {
 				return err
 			}
 		}
@@ -425,7 +425,7 @@ func (w *Window) flushCall(ctx context.Context, r int, call string) error {
 	}
 	defer w.mu.Unlock()
 	w.synced()
-	e := &w.ep_
+	e := &w.st
 	if r >= w.n || r < -1 {
 		return fmt.Errorf("%w: %s of rank %d of a %d-process window", fabric.ErrRank, call, r, w.n)
 	}

@@ -81,7 +81,7 @@ type Window struct {
 	owned   [][]byte // AllocMem and MapLocal memory to free with the window
 	freed   bool
 
-	ep_   epochs
+	st    epochs   // this process's synchronization state
 	res   []uint64 // atomic results, one per word in flight
 	guess []uint64 // what rmw expects each word to hold
 	pend  []int    // the words rmw has yet to swap
@@ -483,7 +483,7 @@ func (w *Window) Free(ctx context.Context) error {
 		w.mu.Unlock()
 		return ErrFreed
 	}
-	if err := w.ep_.idle(); err != nil {
+	if err := w.st.idle(); err != nil {
 		w.mu.Unlock()
 		return fmt.Errorf("%w: Free with %v", ErrEpoch, err)
 	}
