@@ -3,8 +3,9 @@ module github.com/rivet-hpc/rivet
 go 1.26.8
 
 require (
-	github.com/Mellanox/rdmamap v1.1.0 // indirect
-	github.com/vishvananda/netlink v1.3.1 // indirect
-	github.com/vishvananda/netns v0.0.5 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	github.com/Mellanox/rdmamap v1.1.0
+	github.com/vishvananda/netlink v1.3.1
+	golang.org/x/sys v0.49.0
 )
+
+require github.com/vishvananda/netns v0.0.5 // indirect

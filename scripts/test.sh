@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Rivet test on a Debian 12 machine (as root): installs what is
-# missing from Debian, then go vet, the host tests with -race, and the
+# missing from Debian, then gofmt and go mod tidy checks, go vet, the host
+# tests with -race, and the
 # soft-RoCE suite inside a throwaway VM (cmd/rxevm). This is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,13 @@ fi
 command -v go >/dev/null || { echo "test.sh: Go 1.21 or newer is needed (go.mod names the exact toolchain)" >&2; exit 1; }
 
 t0=$SECONDS
-echo "== go vet"
+echo "== gofmt, go mod tidy, go vet"
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+	echo "test.sh: not gofmt-formatted:" $unformatted >&2
+	exit 1
+fi
+go mod tidy -diff || { echo "test.sh: go.mod/go.sum are not tidy (run go mod tidy)" >&2; exit 1; }
 go vet ./...
 # The critical-path probe build (internal/critpath) must keep compiling.
 go vet -tags rivetprobe ./internal/... ./fabric ./bench/...
