@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Rivet test on a Debian 12 machine (as root): installs what is
 # missing from Debian, then gofmt and go mod tidy checks, go vet, the host
-# tests with -race, and the
-# soft-RoCE suite inside a throwaway VM (cmd/rxevm). This is what CI runs.
+# tests with -race, and the soft-RoCE suite inside a throwaway VM
+# (cmd/rxevm). This is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
