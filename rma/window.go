@@ -142,7 +142,6 @@ type desc struct {
 	size, disp  uint64
 	rdata, rctl fabric.RemoteMem
 	ldata, lctl fabric.LocalMem
-	sameSize    uint64 // for the same_size check: every process's size
 	dataExposed bool
 }
 
