@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"github.com/rivet-hpc/rivet/fabric"
@@ -119,6 +120,12 @@ func (w *Window) awaitCtl(ctx context.Context, i int, v uint64) error {
 				return err
 			}
 			runtime.Gosched()
+			if spins >= 4096 {
+				// The writer may be a process waiting for this CPU
+				// (more ranks than CPUs): give it the CPU, not just
+				// this process's other goroutines.
+				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			}
 		}
 	}
 	return nil
