@@ -637,13 +637,12 @@ func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 		{"get past the end", Get(ctx, w, make([]byte, 65), 1, 0), ErrRange},
 		{"cas on a float", casFloat, ErrType},
 		{"user op in an accumulate", fopUser, ErrType},
-		{"unaligned accumulate", Accumulate(ctx, w, []int32{1}, 1, 0, op.Sum[int32]()), nil},
 		{"mix fence with passive target", w.Fence(ctx, 0), ErrEpoch},
 		{"pointer elements", Put(ctx, w, []*int{nil}, 1, 0), ErrType},
 		{"zero op", Accumulate(ctx, w, i8, 1, 0, op.Op[int64]{}), op.ErrOp},
 		{"free with a lock held", w.Free(ctx), ErrEpoch},
 	} {
-		if tc.want == nil && tc.err != nil || tc.want != nil && !errors.Is(tc.err, tc.want) {
+		if !errors.Is(tc.err, tc.want) {
 			failf("%s: %v, want %v", tc.name, tc.err, tc.want)
 		}
 	}
@@ -666,6 +665,20 @@ func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 			failf("a freed window: %v", err)
 		}
 	}
+	// Accumulate elements must be aligned to their size, and at most 8
+	// bytes: a window with displacement unit 1 can name an unaligned one.
+	u1, err := Allocate(ctx, c, 32, 1, Info{})
+	must(err, "allocate unit 1")
+	must(u1.LockAll(ctx, 0), "lockall")
+	if err := Accumulate(ctx, u1, []int32{1}, 1, 2, op.Sum[int32]()); !errors.Is(err, ErrType) {
+		failf("an int32 accumulate at byte 2: %v", err)
+	}
+	if _, err := FetchAndOp(ctx, u1, complex(1, 1), 1, 0, op.Sum[complex128]()); !errors.Is(err, ErrType) {
+		failf("a 16-byte element: %v", err)
+	}
+	must(Accumulate(ctx, u1, []int32{1}, 1, 4, op.Sum[int32]()), "an aligned int32 accumulate")
+	must(u1.UnlockAll(ctx), "unlockall")
+	must(u1.Free(ctx), "free unit 1")
 	// A dynamic window: Go memory cannot be attached; a detached region
 	// is found missing at the origin's next epoch.
 	dw, err := CreateDynamic(ctx, c, Info{})

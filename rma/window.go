@@ -138,7 +138,6 @@ const descSize = 128
 
 // desc is what each process tells the others about its part of the window.
 type desc struct {
-	nic         bool
 	size, disp  uint64
 	rdata, rctl fabric.RemoteMem
 	ldata, lctl fabric.LocalMem
@@ -148,9 +147,6 @@ type desc struct {
 func (d *desc) marshal(b []byte) {
 	le := binary.LittleEndian
 	clear(b)
-	if d.nic {
-		b[0] = 1
-	}
 	if d.dataExposed {
 		b[1] = 1
 	}
@@ -164,7 +160,7 @@ func (d *desc) marshal(b []byte) {
 
 func (d *desc) unmarshal(b []byte) {
 	le := binary.LittleEndian
-	d.nic, d.dataExposed = b[0] == 1, b[1] == 1
+	d.dataExposed = b[1] == 1
 	d.size, d.disp = le.Uint64(b[8:]), le.Uint64(b[16:])
 	d.rdata, d.rctl = getRemote(b[24:]), getRemote(b[44:])
 	d.ldata, d.lctl = getLocal(b[64:]), getLocal(b[88:])
@@ -227,9 +223,10 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 	members := comm.Group().Members()
 	var mine desc
 	mine.size, mine.disp = uint64(size), uint64(dispUnit)
+	viaVerbs := false
 	for _, r := range members {
 		if ep.Provider(r) == "verbs" {
-			mine.nic = true
+			viaVerbs = true
 		}
 	}
 	// One exchange tells everyone whether anyone reaches a member over
@@ -237,7 +234,7 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 	// checks, in which case all give up together: no process is left
 	// waiting for one that returned.
 	flags := []int32{0}
-	if mine.nic {
+	if viaVerbs {
 		flags[0] |= 1
 	}
 	if baseErr != nil {
