@@ -338,13 +338,16 @@ func dummyCompute(d time.Duration, calls int, r *fabric.Request) time.Duration {
 	return tested
 }
 
-// Names lists every benchmark name, point-to-point then collective.
+// Names lists every benchmark name: point-to-point, collective, one-sided.
 func Names() string {
 	var s []string
 	for _, b := range Benchmarks {
 		s = append(s, b.Name)
 	}
 	for _, b := range Collectives {
+		s = append(s, b.Name)
+	}
+	for _, b := range OneSidedBenchmarks {
 		s = append(s, b.Name)
 	}
 	return strings.Join(s, " ")

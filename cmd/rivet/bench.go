@@ -28,6 +28,8 @@ Tests: %s
 
 OSU options: -m [MIN:]MAX  -i ITER  -x WARMUP  -W WINDOW (bandwidth)
              -f (collectives: min, max, iterations)  -t CALLS (osu_i*)  -v
+             -w create|allocate|dynamic  -s lock|flush|flush_local|lock_all|pscw|fence
+             -T mpi_char|mpi_int|mpi_float|all|mpi_long (acc, fop, cas)  (one-sided)
 
 Flags:
 `
@@ -49,7 +51,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(rest) > 0 {
 		name, rest = rest[0], rest[1:]
 	}
-	if coll, ok := osu.LookupCollective(name); ok {
+	if one, ok := osu.LookupOneSided(name); ok {
+		o, err := one.ParseArgs(rest, stderr)
+		if err := benchArgErr(err, stdout, stderr, one.Title); err != nil {
+			return ignoreVersion(err)
+		}
+		runs = append(runs, func(ctx context.Context, w *fabric.Comm) error { return one.Run(ctx, w, o, stdout) })
+	} else if coll, ok := osu.LookupCollective(name); ok {
 		o, err := coll.ParseArgs(rest, stderr)
 		if err := benchArgErr(err, stdout, stderr, coll.Title); err != nil {
 			return ignoreVersion(err)
