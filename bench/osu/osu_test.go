@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(collEnv); name != "" {
 		os.Exit(child(name, true))
 	}
+	if list := os.Getenv(oneSidedEnv); list != "" {
+		os.Exit(childOneSided(list))
+	}
 	os.Exit(m.Run())
 }
 
@@ -60,6 +63,36 @@ func child(name string, coll bool) int {
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")
 		return 1
+	}
+	return 0
+}
+
+// childOneSided runs one-sided benchmarks in turn, "NAME ARGS;...", as
+// ranks of one job.
+func childOneSided(list string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ep, err := fabric.Init(ctx)
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		return 1
+	}
+	defer ep.Close()
+	for _, c := range strings.Split(list, ";") {
+		f := strings.Fields(c)
+		b, ok := LookupOneSided(f[0])
+		if !ok {
+			os.Stderr.WriteString("no benchmark " + f[0] + "\n")
+			return 1
+		}
+		o, err := b.ParseArgs(f[1:], os.Stderr)
+		if err == nil {
+			err = b.Run(ctx, ep.World(), o, os.Stdout)
+		}
+		if err != nil {
+			os.Stderr.WriteString(c + ": " + err.Error() + "\n")
+			return 1
+		}
 	}
 	return 0
 }
@@ -152,8 +185,12 @@ func shape(out string) string {
 	var b strings.Builder
 	for _, l := range strings.Split(out, "\n") {
 		if m := rowRE.FindStringSubmatch(l); m != nil {
-			n := len(strings.Fields(m[2])) // OSU's 10-wide size, then 18 a figure
-			l = fmt.Sprintf("%s <%d values, %s wide>", m[1], n, (map[bool]string{true: "ok", false: "bad"})[len(l) == 10+18*n])
+			n := len(strings.Fields(m[2])) // OSU's 10-wide size, then the figures
+			width := "bad"
+			if (len(l)-10)%n == 0 && len(m[1]) < 10 {
+				width = fmt.Sprint((len(l) - 10) / n)
+			}
+			l = fmt.Sprintf("%s <%d values, %s wide>", m[1], n, width)
 		} else if bareRowRE.MatchString(l) {
 			l = "<value, " + (map[bool]string{true: "17", false: "bad"})[len(l) == 17] + " wide>"
 		}
@@ -162,10 +199,10 @@ func shape(out string) string {
 	return b.String()
 }
 
-// TestRunsLikeOpenMPIComparator runs each benchmark on two ranks over
+// TestHostRunsLikeOpenMPIComparator runs each benchmark on two ranks over
 // shared memory, and the C comparator (bench/ompi) under Open MPI with the
 // same options, and requires the same lines but for the figures.
-func TestRunsLikeOpenMPIComparator(t *testing.T) {
+func TestHostRunsLikeOpenMPIComparator(t *testing.T) {
 	for _, tc := range []struct{ rivet, ompi, args string }{
 		{"osu_latency", "latency", "-m 4096 -i 200 -x 20"},
 		{"osu_latency", "latency", "-m 64 -i 200 -x 20 --percentiles"},
@@ -191,7 +228,7 @@ func TestRunsLikeOpenMPIComparator(t *testing.T) {
 		if shape(got) != shape(stdout.String()) {
 			t.Errorf("%s and the Open MPI comparator differ:\n%s\n---\n%s", tc.rivet, got, stdout.String())
 		}
-		if strings.Contains(shape(got), "bad wide") {
+		if strings.Contains(shape(got), "bad wide") || strings.Contains(shape(got), "20 wide") {
 			t.Errorf("a row is not OSU's columns (10 for the size, 18 a figure):\n%s", got)
 		}
 		if want := map[bool]string{true: "<5 values", false: "<1 values"}[strings.Contains(tc.args, "percentiles")]; !strings.Contains(shape(got), want) {
@@ -227,10 +264,10 @@ func TestCollectiveHeaders(t *testing.T) {
 	}
 }
 
-// TestCollectivesLikeOpenMPIComparator: osu_allreduce and osu_barrier on
+// TestHostCollectivesLikeOpenMPIComparator: osu_allreduce and osu_barrier on
 // four ranks print the same lines as the C comparator under Open MPI, but
 // for the figures; every other collective benchmark runs and prints rows.
-func TestCollectivesLikeOpenMPIComparator(t *testing.T) {
+func TestHostCollectivesLikeOpenMPIComparator(t *testing.T) {
 	mpicc := testutil.LookTool(t, "mpicc.openmpi", "libopenmpi-dev")
 	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
 	bin := filepath.Join(t.TempDir(), "osu")
