@@ -121,14 +121,18 @@ func (ep *Endpoint) AllocMem(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: AllocMem(%d)", ErrInvalid, n)
 	}
-	mem, err := verbs.AllocSharedMemory(n)
+	// The region (and its registration) extends to a multiple of 8 bytes,
+	// so that the aligned 8-byte word holding any byte of b can be the
+	// operand of a CPU or NIC atomic (rma's accumulates on short windows).
+	mem, err := verbs.AllocSharedMemory((n + 7) &^ 7)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: AllocMem: %w", err)
 	}
+	b := mem.Bytes()[:n]
 	ep.e.mu.Lock()
-	ep.mem.add(mem, mem.Bytes())
+	ep.mem.add(mem, b)
 	ep.e.mu.Unlock()
-	return mem.Bytes(), nil
+	return b, nil
 }
 
 // LocalMem names memory from AllocMem for the processes on this node,

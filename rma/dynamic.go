@@ -63,7 +63,7 @@ func (w *Window) Attach(b []byte) error {
 	if len(w.dyn.mine) == dynSlots {
 		return fmt.Errorf("%w: more than %d regions attached", fabric.ErrInvalid, dynSlots)
 	}
-	lm, err := w.ep.ExposeLocal(b)
+	lm, err := w.ep.ExposeLocal(padded(b))
 	if err != nil {
 		return fmt.Errorf("%w (Attach of %d bytes)", ErrMemory, len(b))
 	}
@@ -74,7 +74,7 @@ func (w *Window) Attach(b []byte) error {
 		}
 	}
 	if w.nic {
-		rm, err := w.ep.Expose(b)
+		rm, err := w.ep.Expose(padded(b))
 		if err != nil {
 			return err
 		}
@@ -200,7 +200,7 @@ func (w *Window) readTable(ctx context.Context, r int) error {
 func (w *Window) reach(r int, g *dynRegion) error {
 	t := &w.targets[r]
 	if !t.local {
-		g.rdata = fabric.RemoteMem{Addr: g.addr, Len: g.len, Key: g.key}
+		g.rdata = fabric.RemoteMem{Addr: g.addr, Len: (g.len + 7) &^ 7, Key: g.key} // Attach exposed it padded
 		return nil
 	}
 	if g.data == nil {

@@ -348,7 +348,7 @@ func (w *Window) setup(flavor Flavor, base []byte, size int, mine *desc) (err er
 	}
 	if len(w.base) > 0 {
 		mine.dataExposed = true
-		if mine.ldata, err = ep.ExposeLocal(w.base); err != nil {
+		if mine.ldata, err = ep.ExposeLocal(padded(w.base)); err != nil {
 			return err
 		}
 	}
@@ -357,7 +357,7 @@ func (w *Window) setup(flavor Flavor, base []byte, size int, mine *desc) (err er
 	}
 	if w.nic {
 		if len(w.base) > 0 {
-			if mine.rdata, err = ep.Expose(w.base); err != nil {
+			if mine.rdata, err = ep.Expose(padded(w.base)); err != nil {
 				return err
 			}
 		}
@@ -366,6 +366,17 @@ func (w *Window) setup(flavor Flavor, base []byte, size int, mine *desc) (err er
 		}
 	}
 	return nil
+}
+
+// padded is b extended to a multiple of 8 bytes, as far as its capacity
+// allows (memory from AllocMem always allows it): what the window exposes,
+// so that the 8-byte words holding its last bytes are within reach of the
+// atomics that accumulates run on them.
+func padded(b []byte) []byte {
+	if n := (len(b) + 7) &^ 7; cap(b) >= n {
+		return b[:n]
+	}
+	return b
 }
 
 // alloc takes n bytes from AllocMem, to free with the window.
