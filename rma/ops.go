@@ -71,6 +71,9 @@ func transfer[T any](ctx context.Context, w *Window, buf []T, r, disp int, put b
 		return err
 	}
 	b := elem.Bytes(buf)
+	if w.fastCopy(b, r, disp, put) {
+		return nil
+	}
 	if err := w.begin(); err != nil {
 		return err
 	}
@@ -142,6 +145,20 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 	if u.Kind == reduce.KNoOp && len(result) > n {
 		n = len(result)
 	}
+	if u.Kind == reduce.KSum || u.Kind == reduce.KReplace || u.Kind == reduce.KNoOp {
+		if nk := numKindOf(reflect.TypeFor[T]().Kind()); nk != numNone {
+			var in, out []byte
+			if u.Kind != reduce.KNoOp {
+				in = elem.Bytes(origin)
+			}
+			if result != nil {
+				out = elem.Bytes(result)
+			}
+			if w.fastRMW(r, disp, n*esz, esz, u.Kind, nk, nil, in, out) {
+				return nil
+			}
+		}
+	}
 	if err := w.begin(); err != nil {
 		return err
 	}
@@ -188,6 +205,11 @@ func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origi
 		return old, fmt.Errorf("%w: CompareAndSwap on %v (MPI defines it for integer, logical and byte types)", ErrType, reflect.TypeFor[T]())
 	}
 	esz := elem.Size[T]()
+	vals := [3]T{compare, origin}
+	cmp, in, out := elem.Bytes(vals[0:1]), elem.Bytes(vals[1:2]), elem.Bytes(vals[2:3])
+	if w.fastRMW(r, disp, esz, esz, 0, numNone, cmp, in, out) {
+		return vals[2], nil
+	}
 	if err := w.begin(); err != nil {
 		return old, err
 	}
@@ -199,8 +221,6 @@ func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origi
 	if off%uint64(esz) != 0 {
 		return old, fmt.Errorf("%w: CompareAndSwap at byte %d, not aligned to its %d-byte element", ErrType, off, esz)
 	}
-	vals := [3]T{compare, origin}
-	cmp, in, out := elem.Bytes(vals[0:1]), elem.Bytes(vals[1:2]), elem.Bytes(vals[2:3])
 	if esz == 8 {
 		prev, err := w.casWord(ctx, t, regionData, off, ne.Uint64(cmp), ne.Uint64(in))
 		ne.PutUint64(out, prev)

@@ -105,7 +105,7 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 	if err := w.begin(); err != nil {
 		return err
 	}
-	defer w.mu.Unlock()
+	defer w.endSync()
 	w.synced()
 	if err := w.st.idle(); err != nil {
 		return fmt.Errorf("%w: Fence with %v (fence does not mix with PSCW or passive target)", ErrEpoch, err)
@@ -172,7 +172,7 @@ func (w *Window) Start(ctx context.Context, group []int, a Assert) error {
 	if err := w.begin(); err != nil {
 		return err
 	}
-	defer w.mu.Unlock()
+	defer w.endSync()
 	w.synced()
 	if err := w.checkGroup(group, "Start"); err != nil {
 		return err
@@ -198,7 +198,7 @@ func (w *Window) Complete(ctx context.Context) error {
 	if err := w.begin(); err != nil {
 		return err
 	}
-	defer w.mu.Unlock()
+	defer w.endSync()
 	e := &w.st
 	if !e.accessOn {
 		return fmt.Errorf("%w: Complete without Start", ErrEpoch)
@@ -278,7 +278,7 @@ func (w *Window) Lock(ctx context.Context, l LockType, r int, a Assert) error {
 	if err := w.begin(); err != nil {
 		return err
 	}
-	defer w.mu.Unlock()
+	defer w.endSyncTarget(r)
 	w.synced()
 	if r < 0 || r >= w.n {
 		return fmt.Errorf("%w: Lock of rank %d of a %d-process window", fabric.ErrRank, r, w.n)
@@ -317,7 +317,7 @@ func (w *Window) Unlock(ctx context.Context, r int) error {
 	if err := w.begin(); err != nil {
 		return err
 	}
-	defer w.mu.Unlock()
+	defer w.endSyncTarget(r)
 	if r < 0 || r >= w.n {
 		return fmt.Errorf("%w: Unlock of rank %d of a %d-process window", fabric.ErrRank, r, w.n)
 	}
@@ -347,7 +347,7 @@ func (w *Window) LockAll(ctx context.Context, a Assert) error {
 	if err := w.begin(); err != nil {
 		return err
 	}
-	defer w.mu.Unlock()
+	defer w.endSync()
 	w.synced()
 	e := &w.st
 	switch {
@@ -379,7 +379,7 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 	if err := w.begin(); err != nil {
 		return err
 	}
-	defer w.mu.Unlock()
+	defer w.endSync()
 	e := &w.st
 	if !e.lockAll {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrEpoch)
@@ -401,6 +401,9 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 // Flush completes, at window rank r, every operation this process issued
 // to it (MPI_Win_flush); a Get's data is then in place.
 func (w *Window) Flush(ctx context.Context, r int) error {
+	if w.fastFlush(r) {
+		return nil
+	}
 	return w.flushCall(ctx, r, "Flush")
 }
 
@@ -408,6 +411,9 @@ func (w *Window) Flush(ctx context.Context, r int) error {
 // (MPI_Win_flush_local): origin buffers may be reused. Rivet completes
 // them at the target too.
 func (w *Window) FlushLocal(ctx context.Context, r int) error {
+	if w.fastFlush(r) {
+		return nil
+	}
 	return w.flushCall(ctx, r, "FlushLocal")
 }
 

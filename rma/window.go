@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
@@ -89,6 +90,9 @@ type Window struct {
 	wbuf  [8]byte // the word rmw applies an operation to
 	dyn   dynState
 	obuf  []byte // an accumulate's origin operand
+
+	gates    []atomic.Uint32 // per target, what needs no mutex (fast.go)
+	inflight atomic.Int64    // operations past a gate
 }
 
 // target is how this process reaches one member's window.
@@ -214,7 +218,7 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 	if err != nil {
 		return nil, err
 	}
-	w := &Window{ep: ep, comm: comm, me: comm.Rank(), n: comm.Size(), flavor: flavor, info: info, disp: dispUnit}
+	w := &Window{ep: ep, comm: comm, me: comm.Rank(), n: comm.Size(), flavor: flavor, info: info, disp: dispUnit, gates: make([]atomic.Uint32, comm.Size())}
 	defer func() {
 		if err != nil {
 			w.release()
@@ -504,6 +508,7 @@ func (w *Window) Free(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.freed = true
+	w.drain()
 	return w.release()
 }
 
