@@ -52,9 +52,11 @@ one() {
 }
 
 if [ "$mode" = shm ]; then
-	rivet() { timeout 300 "$BIN/rivetrun" -n 2 -bind-to core "$BIN/rivet" bench "$@"; }
-	ompi() { timeout 300 mpirun.openmpi -n 2 --bind-to core --mca pml ob1 --mca btl self,vader --mca osc ^rdma,ucx "$BIN/osu_rma" "$@"; }
+	rivet() { timeout 300 "$BIN/rivetrun" -n 2 -bind-to core "$BIN/rivet" bench "$@" $dec; }
+	ompi() { timeout 300 mpirun.openmpi -n 2 --bind-to core --mca pml ob1 --mca btl self,vader --mca osc ^rdma,ucx "$BIN/osu_rma" "$@" $dec; }
 	lat=(-m 8:8)
+	# OSU's two decimals are too few for 0.03 µs; both programs print 4.
+	dec=--decimals=4
 	# name|OSU args|better|target (Rivet / Open MPI)
 	measures=(
 		"osu_put_latency 8 B|osu_put_latency ${lat[*]}|lower|1.0"
@@ -67,7 +69,7 @@ if [ "$mode" = shm ]; then
 	for ((r = 0; r < rounds; r++)); do
 		for m in "${measures[@]}"; do
 			IFS='|' read -r name args _ _ <<<"$m"
-			k=$(echo "$name" | tr -c 'a-z0-9\n' _)
+			k=$(echo "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' _)
 			if ((r % 2)); then
 				one "$w/$k.o" ompi $args
 				one "$w/$k.r" rivet $args
@@ -82,7 +84,7 @@ if [ "$mode" = shm ]; then
 	echo "|---|---|---|---|---|"
 	for m in "${measures[@]}"; do
 		IFS='|' read -r name args better target <<<"$m"
-		k=$(echo "$name" | tr -c 'a-z0-9\n' _)
+		k=$(echo "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' _)
 		cmp="≤"
 		[ "$better" = higher ] && cmp="≥"
 		printf "| %s | %s | %s | %s (%s) | %s %s |\n" "$name" "$(median <"$w/$k.r")" "$(median <"$w/$k.o")" \
@@ -132,7 +134,7 @@ measures=(
 for ((r = 0; r < rounds; r++)); do
 	for m in "${measures[@]}"; do
 		IFS='|' read -r name args ref _ <<<"$m"
-		k=$(echo "$name" | tr -c 'a-z0-9\n' _)
+		k=$(echo "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' _)
 		for who in $(echo "r p o r p" | cut -d' ' -f$((r % 3 + 1))-$((r % 3 + 3))); do
 			case $who in
 			r) one "$w/$k.r" rivet $args "${it[@]}" ;;
@@ -147,13 +149,13 @@ echo "| measure | Rivet (µs) | perftest t_avg (µs) | Rivet / perftest (median,
 echo "|---|---|---|---|---|---|---|"
 for m in "${measures[@]}"; do
 	IFS='|' read -r name args ref target <<<"$m"
-	k=$(echo "$name" | tr -c 'a-z0-9\n' _)
+	k=$(echo "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' _)
 	printf "| %s | %s | %s (%s) | %s (%s) | ≤ %s | %s | %s (%s) |\n" "$name" "$(median <"$w/$k.r")" "$(median <"$w/$k.p")" "${ref%% *}" \
 		"$(ratios "$w/$k.r" "$w/$k.p" | median | decimals 3)" "$(ratios "$w/$k.r" "$w/$k.p" | median_ci)" "$target" \
 		"$(median <"$w/$k.o")" "$(ratios "$w/$k.r" "$w/$k.o" | median | decimals 3)" "$(ratios "$w/$k.r" "$w/$k.o" | median_ci)"
 done
 for m in "${measures[@]}"; do
 	IFS='|' read -r name _ _ _ <<<"$m"
-	k=$(echo "$name" | tr -c 'a-z0-9\n' _)
+	k=$(echo "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' _)
 	echo "per round, $name: rivet $(tr '\n' ' ' <"$w/$k.r")| perftest $(tr '\n' ' ' <"$w/$k.p")| ompi $(tr '\n' ' ' <"$w/$k.o")"
 done

@@ -6,7 +6,9 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rivet-hpc/rivet/internal/elem"
 	"github.com/rivet-hpc/rivet/internal/reduce"
+	"github.com/rivet-hpc/rivet/op"
 )
 
 // The fast path. Puts, gets and flushes to a target whose memory is
@@ -137,6 +139,46 @@ func numKindOf(k reflect.Kind) numKind {
 	return numNone
 }
 
+// numKindFor is numKindOf for T by a type switch, which costs less than
+// reflection on every call; named types fall back to reflection.
+func numKindFor[T any]() numKind {
+	var z T
+	switch any(z).(type) {
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, uintptr:
+		return numInt
+	case float32:
+		return numF32
+	case float64:
+		return numF64
+	}
+	return numKindOf(reflect.TypeFor[T]().Kind())
+}
+
+// fastAccumulate is accumulate's path for the inline ops; it reports
+// false when the call must take the slow path.
+func fastAccumulate[T any](w *Window, origin, result []T, r, disp int, o *op.Op[T]) bool {
+	u := reduce.Ref(o)
+	if w.nic || u.Fn == nil || (u.Kind != reduce.KSum && u.Kind != reduce.KReplace && u.Kind != reduce.KNoOp) {
+		return false
+	}
+	nk := numKindOf(u.Elem)
+	if nk == numNone {
+		return false
+	}
+	n := len(origin)
+	var in, out []byte
+	if u.Kind == reduce.KNoOp {
+		n = max(n, len(result))
+	} else {
+		in = elem.Bytes(origin)
+	}
+	if result != nil {
+		out = elem.Bytes(result)
+	}
+	esz := int(unsafe.Sizeof(*new(T)))
+	return w.fastRMW(r, disp, n*esz, esz, u.Kind, nk, nil, in, out)
+}
+
 // applyInline computes seg = in ⊕ seg for esz-byte elements.
 func applyInline(opk reduce.Kind, nk numKind, esz int, in, seg []byte) {
 	switch opk {
@@ -176,13 +218,10 @@ func (w *Window) fastRMW(r, disp, n, esz int, opk reduce.Kind, nk numKind, cmp, 
 		return false
 	}
 	w.inflight.Add(1)
-	defer w.inflight.Add(-1)
-	if w.gates[r].Load()&gateCopy == 0 {
-		return false
-	}
 	t := &w.targets[r]
 	off := uint64(disp) * t.disp
-	if off > t.size || uint64(n) > t.size-off || off%uint64(esz) != 0 || n == 0 {
+	if w.gates[r].Load()&gateCopy == 0 || off > t.size || uint64(n) > t.size-off || off%uint64(esz) != 0 || n == 0 {
+		w.inflight.Add(-1)
 		return false
 	}
 	lo, hi := off&^7, (off+uint64(n)+7)&^7
@@ -209,5 +248,6 @@ func (w *Window) fastRMW(r, disp, n, esz int, opk reduce.Kind, nk numKind, cmp, 
 			}
 		}
 	}
+	w.inflight.Add(-1)
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"reflect"
+	"unsafe"
 
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/elem"
@@ -99,7 +100,7 @@ func transfer[T any](ctx context.Context, w *Window, buf []T, r, disp int, put b
 // atomically per element with respect to every accumulate-family call.
 // o is a built-in operation, Replace or NoOp.
 func Accumulate[T any](ctx context.Context, w *Window, origin []T, r, disp int, o op.Op[T]) error {
-	return accumulate(ctx, w, origin, nil, r, disp, o)
+	return accumulate(ctx, w, origin, nil, r, disp, &o)
 }
 
 // GetAccumulate is Accumulate that also returns the target's previous
@@ -112,7 +113,7 @@ func GetAccumulate[T any](ctx context.Context, w *Window, origin, result []T, r,
 	if result == nil {
 		result = []T{}
 	}
-	return accumulate(ctx, w, origin, result, r, disp, o)
+	return accumulate(ctx, w, origin, result, r, disp, &o)
 }
 
 // FetchAndOp is GetAccumulate of one element (MPI_Fetch_and_op): it
@@ -120,17 +121,20 @@ func GetAccumulate[T any](ctx context.Context, w *Window, origin, result []T, r,
 func FetchAndOp[T any](ctx context.Context, w *Window, origin T, r, disp int, o op.Op[T]) (T, error) {
 	var res [1]T
 	in := [1]T{origin}
-	err := accumulate(ctx, w, in[:], res[:], r, disp, o)
+	err := accumulate(ctx, w, in[:], res[:], r, disp, &o)
 	return res[0], err
 }
 
 // accumulate checks the element type and op and runs the read-modify-
 // write; result is nil for Accumulate.
-func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, disp int, o op.Op[T]) error {
+func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, disp int, o *op.Op[T]) error {
+	if fastAccumulate(w, origin, result, r, disp, o) {
+		return nil
+	}
 	if err := plainCheck[T](); err != nil {
 		return err
 	}
-	u, err := reduce.Check(o)
+	u, err := reduce.Check(*o)
 	if err != nil {
 		return err
 	}
@@ -144,20 +148,6 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 	n := len(origin)
 	if u.Kind == reduce.KNoOp && len(result) > n {
 		n = len(result)
-	}
-	if u.Kind == reduce.KSum || u.Kind == reduce.KReplace || u.Kind == reduce.KNoOp {
-		if nk := numKindOf(reflect.TypeFor[T]().Kind()); nk != numNone {
-			var in, out []byte
-			if u.Kind != reduce.KNoOp {
-				in = elem.Bytes(origin)
-			}
-			if result != nil {
-				out = elem.Bytes(result)
-			}
-			if w.fastRMW(r, disp, n*esz, esz, u.Kind, nk, nil, in, out) {
-				return nil
-			}
-		}
 	}
 	if err := w.begin(); err != nil {
 		return err
@@ -199,16 +189,16 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 // the element's previous value. T is an integer, bool or byte type.
 func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origin T, r, disp int) (T, error) {
 	var old T
+	esz := int(unsafe.Sizeof(old))
+	vals := [3]T{compare, origin}
+	cmp, in, out := elem.Bytes(vals[0:1]), elem.Bytes(vals[1:2]), elem.Bytes(vals[2:3])
+	if numKindFor[T]() == numInt && w.fastRMW(r, disp, esz, esz, 0, numNone, cmp, in, out) {
+		return vals[2], nil
+	}
 	switch k := reflect.TypeFor[T]().Kind(); {
 	case k == reflect.Bool, k >= reflect.Int && k <= reflect.Uintptr:
 	default:
 		return old, fmt.Errorf("%w: CompareAndSwap on %v (MPI defines it for integer, logical and byte types)", ErrType, reflect.TypeFor[T]())
-	}
-	esz := elem.Size[T]()
-	vals := [3]T{compare, origin}
-	cmp, in, out := elem.Bytes(vals[0:1]), elem.Bytes(vals[1:2]), elem.Bytes(vals[2:3])
-	if w.fastRMW(r, disp, esz, esz, 0, numNone, cmp, in, out) {
-		return vals[2], nil
 	}
 	if err := w.begin(); err != nil {
 		return old, err

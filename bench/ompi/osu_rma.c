@@ -7,11 +7,12 @@
  *
  *   osu_rma NAME [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
  *       [-w create|allocate|dynamic] [-s lock|flush|flush_local|lock_all|pscw|fence]
- *       [-T mpi_char|mpi_int|mpi_float|all|mpi_long]
+ *       [-T mpi_char|mpi_int|mpi_float|all|mpi_long] [--decimals N]
  *
  * NAME is osu_put_latency, osu_get_latency, osu_put_bw, osu_get_bw,
  * osu_put_bibw, osu_acc_latency, osu_get_acc_latency, osu_fop_latency or
- * osu_cas_latency. -T mpi_long is Rivet's extension (an 8-byte integer).
+ * osu_cas_latency. -T mpi_long is Rivet's extension (an 8-byte integer),
+ * --decimals its option for more than OSU's two decimals.
  * Buffers are allocated once at the largest size; windows are made per
  * size (per type for fetch-and-op and compare-and-swap), as OSU's are.
  */
@@ -52,7 +53,7 @@ static const struct bench benches[] = {
 static const struct bench *b;
 static int rank, peer, win_kind, sync_kind, window = 64;
 static long min_size = 1, max_size = 1 << 22;
-static int iters, warm, iters_large, warm_large;
+static int iters, warm, iters_large, warm_large, decimals = 2;
 static char *sbuf, *rbuf, *tbuf, *cbuf, *base;
 static MPI_Group peer_group;
 
@@ -254,7 +255,7 @@ static void run_type(MPI_Datatype dt, int dsize, const char *dname)
         double t = timed(w, iters, warm, 0, 1, dt, disp);
         MPI_Barrier(MPI_COMM_WORLD);
         if (rank == 0)
-            printf("%-10d%20.2f\n", dsize, per_op(t, iters));
+            printf("%-10d%20.*f\n", dsize, decimals, per_op(t, iters));
         fflush(stdout);
         free_window(&w);
         return;
@@ -274,7 +275,7 @@ static void run_type(MPI_Datatype dt, int dsize, const char *dname)
             double v = per_op(t, n);
             if (b->kind != LAT)
                 v = size / 1e6 * n * window / t * (b->kind == BIBW ? 2 : 1);
-            printf("%-10ld%20.2f\n", size, v);
+            printf("%-10ld%20.*f\n", size, decimals, v);
             fflush(stdout);
         }
         free_window(&w);
@@ -307,8 +308,12 @@ int main(int argc, char **argv)
 #define ADD(t, s, nm) (types[ntypes] = (t), sizes[ntypes] = (s), names[ntypes++] = (nm))
     int c;
     optind = 2;
-    while ((c = getopt(argc, argv, "m:i:x:W:w:s:T:")) != -1) {
+    static const struct option longopts[] = {{"decimals", required_argument, NULL, 'D'}, {0}};
+    while ((c = getopt_long(argc, argv, "m:i:x:W:w:s:T:", longopts, NULL)) != -1) {
         switch (c) {
+        case 'D':
+            decimals = atoi(optarg);
+            break;
         case 'm': {
             char *colon = strchr(optarg, ':');
             if (!colon)

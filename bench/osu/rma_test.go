@@ -81,7 +81,10 @@ func TestOneSidedParseArgs(t *testing.T) {
 	if o, err := bw.ParseArgs([]string{"-W", "8"}, io.Discard); err != nil || o.Window != 8 || o.Iterations != 100 || o.IterLarge != 20 {
 		t.Errorf("bandwidth options %+v, %v", o, err)
 	}
-	if o, err := bibw.ParseArgs([]string{"-s", "fence"}, io.Discard); err != nil || o.Sync != SyncFence {
+	if o, err := put.ParseArgs([]string{"--decimals=4"}, io.Discard); err != nil || o.Decimals != 4 {
+		t.Errorf("--decimals=4: %+v, %v", o, err)
+	}
+	if o, err := bibw.ParseArgs([]string{"-s", "fence"}, io.Discard); err != nil || o.Sync != SyncFence || o.Decimals != 2 {
 		t.Errorf("bibw fence: %+v, %v", o, err)
 	}
 	o, err = cas.ParseArgs([]string{"-T", "mpi_float", "-T", "all", "-T", "MPI_LONG"}, io.Discard)
@@ -101,6 +104,7 @@ func TestOneSidedParseArgs(t *testing.T) {
 		{bibw, []string{"-s", "flush"}},
 		{bw, []string{"-W", "-1"}},
 		{cas, []string{"-T", "mpi_double"}},
+		{put, []string{"--decimals", "12"}},
 	} {
 		if _, err := bad.b.ParseArgs(bad.args, io.Discard); !errors.Is(err, ErrUsage) {
 			t.Errorf("%s %v: %v, want ErrUsage", bad.b.Name, bad.args, err)

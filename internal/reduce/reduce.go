@@ -42,6 +42,9 @@ type Untyped struct {
 	// Fn sets inout[i] = in[i] ⊕ inout[i], in holding the operand of
 	// the lower ranks — MPI's convention for user functions.
 	Fn func(in, inout []byte)
+	// Elem is the element type's kind (built-in operations only), for
+	// layers that compute an operation inline.
+	Elem reflect.Kind
 }
 
 // Op is a reduction operation over elements of type T (MPI_Op, typed):
@@ -69,6 +72,9 @@ func (o Op[T]) Reduce(in, inout []T) {
 
 // Erase returns o's untyped form, for the layers that apply it to bytes.
 func Erase[T any](o Op[T]) Untyped { return o.u }
+
+// Ref is Erase without the copy, for hot paths.
+func Ref[T any](o *Op[T]) *Untyped { return &o.u }
 
 // ErrOp is returned for a missing Op, or one a call cannot take.
 var ErrOp = errors.New("rivet: invalid reduction operation")
@@ -106,13 +112,13 @@ func view[T any](b []byte) []T {
 }
 
 func builtin[T any](name string, kind Kind, fn func(in, inout []T)) Op[T] {
-	return Op[T]{Untyped{Name: name, Kind: kind, Commutative: true, Fn: func(in, inout []byte) { fn(view[T](in), view[T](inout)) }}}
+	return Op[T]{Untyped{Name: name, Kind: kind, Commutative: true, Fn: func(in, inout []byte) { fn(view[T](in), view[T](inout)) }, Elem: reflect.TypeFor[T]().Kind()}}
 }
 
 // Sum is MPI_SUM.
 func Sum[T Number | ~complex64 | ~complex128]() Op[T] {
 	if fn := packedSum[T](); fn != nil {
-		return Op[T]{Untyped{Name: "sum", Kind: KSum, Commutative: true, Fn: fn}}
+		return Op[T]{Untyped{Name: "sum", Kind: KSum, Commutative: true, Fn: fn, Elem: reflect.TypeFor[T]().Kind()}}
 	}
 	return builtin[T]("sum", KSum, sumFn[T])
 }
@@ -240,13 +246,13 @@ func NewOp[T any](name string, commutative bool, fn func(in, inout []T)) Op[T] {
 // Replace is MPI_REPLACE: the target takes the origin's value. Only
 // one-sided accumulates take it.
 func Replace[T any]() Op[T] {
-	return Op[T]{Untyped{Name: "replace", Kind: KReplace, Commutative: false, Fn: func(in, inout []byte) { copy(inout, in) }}}
+	return Op[T]{Untyped{Name: "replace", Kind: KReplace, Commutative: false, Fn: func(in, inout []byte) { copy(inout, in) }, Elem: reflect.TypeFor[T]().Kind()}}
 }
 
 // NoOp is MPI_NO_OP: the target keeps its value (an atomic read). Only
 // one-sided accumulates take it.
 func NoOp[T any]() Op[T] {
-	return Op[T]{Untyped{Name: "no_op", Kind: KNoOp, Commutative: true, Fn: func(in, inout []byte) {}}}
+	return Op[T]{Untyped{Name: "no_op", Kind: KNoOp, Commutative: true, Fn: func(in, inout []byte) {}, Elem: reflect.TypeFor[T]().Kind()}}
 }
 
 func sumFn[T Number | ~complex64 | ~complex128](in, inout []T) {
