@@ -68,13 +68,13 @@ func Get[T any](ctx context.Context, w *Window, result []T, r, disp int) error {
 // transfer is Put (put) or Get: a copy when the target's memory is
 // mapped here, an RDMA write or read otherwise.
 func transfer[T any](ctx context.Context, w *Window, buf []T, r, disp int, put bool) error {
+	if numKindFor[T]() != numNone && w.fastCopy(elem.Bytes(buf), r, disp, put) {
+		return nil // numbers hold no pointers: no need to ask reflection
+	}
 	if err := plainCheck[T](); err != nil {
 		return err
 	}
 	b := elem.Bytes(buf)
-	if w.fastCopy(b, r, disp, put) {
-		return nil
-	}
 	if err := w.begin(); err != nil {
 		return err
 	}
