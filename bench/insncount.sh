@@ -11,6 +11,9 @@
 #
 #   bash bench/insncount.sh                  # all tests
 #   TESTS="write_lat:4096 osu_latency" bash bench/insncount.sh
+#   TESTS="read_lat:8 osu_get_latency atomic_lat:8 osu_fop_latency" bash bench/insncount.sh
+#       # the one-sided tests (8 bytes; fop and cas with -T mpi_long) run
+#       # Rivet alone: compare them with perftest's read_lat and atomic_lat
 #
 # Each test runs each program twice, with N1 and N2 iterations (default
 # 1000 and 4000), after an unmarked warm-up run; the difference of the two
@@ -63,6 +66,13 @@ pair() {
 	timeout 120 taskset -c 0 "$@" -p $port 127.0.0.1 2>&1 | grep -E '^ +[0-9]' | tail -1 || true
 	wait $spid || true
 }
+# rivet_rma TEST N [ARGS...]: one of Rivet's OSU one-sided latency tests
+rivet_rma() {
+	local t=$1 n=$2
+	shift 2
+	RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 -bind-to core "$BIN/rivet" bench "$t" -x 100 -i "$n" "$@" 2>/dev/null |
+		grep -E '^[0-9]' | tail -1 || true
+}
 rivet_osu() {
 	RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 "$BIN/rivet" bench osu_latency -m 8:8 -x 100 -i "$1" 2>/dev/null |
 		grep -E '^[0-9]' | tail -1 || true
@@ -83,6 +93,17 @@ one() {
 	echo "SECTION $label $n"
 }
 for t in $tests; do
+	case $t in
+	osu_get_latency | osu_put_latency | osu_fop_latency | osu_cas_latency) # 8 bytes: -m 8:8, or -T mpi_long
+		args=(-m 8:8)
+		case $t in osu_fop_latency | osu_cas_latency) args=(-T mpi_long) ;; esac
+		rivet_rma "$t" 300 "${args[@]}" >/dev/null
+		for n in "$n1" "$n2"; do
+			one "rivet $t 8" "$n" rivet_rma "$t" "$n" "${args[@]}"
+		done
+		continue
+		;;
+	esac
 	if [ "$t" = osu_latency ]; then
 		rivet_osu 300 >/dev/null
 		ompi_osu 300 >/dev/null
