@@ -179,6 +179,24 @@ func fastAccumulate[T any](w *Window, origin, result []T, r, disp int, o *op.Op[
 	return w.fastRMW(r, disp, n*esz, esz, u.Kind, nk, nil, in, out)
 }
 
+// laneAdd adds a and b in independent esz-byte lanes (no carry crosses
+// a lane): the low bits of each lane add without overflow, and each
+// lane's top bit is the two top bits and that carry, exclusive-ored.
+func laneAdd(a, b uint64, esz int) uint64 {
+	var h uint64
+	switch esz {
+	case 8:
+		return a + b
+	case 4:
+		h = 0x8000_0000_8000_0000
+	case 2:
+		h = 0x8000_8000_8000_8000
+	default:
+		h = 0x8080_8080_8080_8080
+	}
+	return ((a &^ h) + (b &^ h)) ^ ((a ^ b) & h)
+}
+
 // applyInline computes seg = in ⊕ seg for esz-byte elements.
 func applyInline(opk reduce.Kind, nk numKind, esz int, in, seg []byte) {
 	switch opk {
@@ -229,6 +247,23 @@ func (w *Window) fastRMW(r, disp, n, esz int, opk reduce.Kind, nk numKind, cmp, 
 		p := word(t.data, a)
 		s, e := max(a, off), min(a+8, off+uint64(n))
 		var buf [8]byte
+		if cmp == nil && opk == reduce.KSum && nk == numInt {
+			// An integer sum adds lane by lane in one word: the operand
+			// has zeros in the lanes the call does not cover.
+			copy(buf[s-a:e-a], in[s-off:e-off])
+			add := ne.Uint64(buf[:])
+			for {
+				old := atomic.LoadUint64(p)
+				if out != nil {
+					ne.PutUint64(buf[:], old)
+					copy(out[s-off:e-off], buf[s-a:e-a])
+				}
+				if atomic.CompareAndSwapUint64(p, old, laneAdd(old, add, esz)) {
+					break
+				}
+			}
+			continue
+		}
 		for {
 			old := atomic.LoadUint64(p)
 			ne.PutUint64(buf[:], old)
