@@ -63,6 +63,11 @@ func (w *Window) Attach(b []byte) error {
 	if len(w.dyn.mine) == dynSlots {
 		return fmt.Errorf("%w: more than %d regions attached", fabric.ErrInvalid, dynSlots)
 	}
+	// Origins reach the region padded to 8 bytes (its last word is an
+	// atomic's operand); memory whose padding is not its own is refused.
+	if len(padded(b))%8 != 0 {
+		return fmt.Errorf("%w (Attach of %d bytes whose capacity ends before the next multiple of 8)", ErrMemory, len(b))
+	}
 	lm, err := w.ep.ExposeLocal(padded(b))
 	if err != nil {
 		return fmt.Errorf("%w (Attach of %d bytes)", ErrMemory, len(b))

@@ -688,6 +688,9 @@ func progBad(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	mem, err := ep.AllocMem(64)
 	must(err, "allocmem")
+	if err := dw.Attach(mem[8:13:13]); !errors.Is(err, ErrMemory) {
+		failf("Attach of 5 bytes with no room for their word's padding: %v", err)
+	}
 	must(dw.Attach(mem), "attach")
 	addrs := make([]int64, c.Size())
 	must(collectives.Allgather(ctx, c, []int64{int64(Address(mem))}, addrs), "allgather")
