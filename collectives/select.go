@@ -55,19 +55,28 @@ var (
 	forced  atomic.Pointer[map[string]Algorithm] // read on every call: an immutable snapshot
 )
 
-// ForceEnv is the environment variable that overrides the selection
-// table: "allreduce=ring,bcast=binomial".
+// ForceEnv is the environment variable ForceFromEnv reads:
+// "allreduce=ring,bcast=binomial".
 const ForceEnv = "RIVET_COLL_ALGORITHMS"
 
-func init() {
-	if v := os.Getenv(ForceEnv); v != "" {
-		for _, kv := range strings.Split(v, ",") {
-			k, a, _ := strings.Cut(strings.TrimSpace(kv), "=")
-			if err := Force(k, Algorithm(a)); err != nil {
-				fmt.Fprintf(os.Stderr, "rivet: %s: %v\n", ForceEnv, err)
-			}
+// ForceFromEnv applies the overrides named in the environment variable
+// ForceEnv, as Force would, and returns the first that is not valid
+// (applying the others). The package reads no environment by itself:
+// a program that wants the variable honoured calls this (rivet bench
+// does). Every process must force the same algorithms.
+func ForceFromEnv() error {
+	v := os.Getenv(ForceEnv)
+	if v == "" {
+		return nil
+	}
+	var first error
+	for _, kv := range strings.Split(v, ",") {
+		k, a, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		if err := Force(k, Algorithm(a)); err != nil && first == nil {
+			first = fmt.Errorf("%s: %w", ForceEnv, err)
 		}
 	}
+	return first
 }
 
 // Force makes collective coll ("allreduce", …) use algorithm a, or the

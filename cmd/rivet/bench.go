@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 
 	"github.com/rivet-hpc/rivet/bench/osu"
+	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/godebug"
 	"github.com/rivet-hpc/rivet/internal/launch"
@@ -82,6 +83,10 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 
+	if err := collectives.ForceFromEnv(); err != nil {
+		fmt.Fprintln(stderr, "rivet bench:", err)
+		return errUsage
+	}
 	ep, err := fabric.Init(ctx)
 	if err != nil {
 		return err
