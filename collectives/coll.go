@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package collectives implements MPI's collective operations over fabric
 // communicators: barrier, broadcast, reductions, gathers, scatters,
 // all-to-all and scans, blocking and nonblocking (I…), on slices of any

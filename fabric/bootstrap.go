@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package fabric is Rivet's runtime: how the processes of a job find each
 // other (bootstrap), the endpoint that reaches them through providers
 // (shared memory on a node, verbs/RDMA between nodes, chosen per peer),

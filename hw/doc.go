@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package hw discovers RDMA hardware and watches it: devices and their
 // uverbs character devices, ports, GID tables, soft-RoCE (rxe) links, and a
 // stream of link and port events.

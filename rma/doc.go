@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package rma is one-sided communication (MPI's RMA): windows of memory
 // that the processes of a communicator expose to each other, and Put,
 // Get, Accumulate, GetAccumulate, FetchAndOp and CompareAndSwap on them,

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package verbs is RDMA verbs for Go without cgo: it opens
 // /dev/infiniband/uverbsN, issues the kernel's uverbs commands itself, and
 // drives the device's queues from user space through a provider. The first

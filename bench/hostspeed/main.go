@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command hostspeed shows how fast the machine it runs on executes a fixed
 // piece of memory-bound work, window by window. It is the control for the
 // benchmarks in docs/performance.md: run on the CI host, or in the rxevm

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package osu is Rivet's port of the OSU Micro-Benchmarks: the same
 // measurements, options and output, byte for byte, as OSU 7.4's MPI
 // benchmarks, run over a fabric communicator. Rank 0 prints.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package perf is perftest for Rivet's verbs: the latency and bandwidth
 // microbenchmarks of ib_write_lat, ib_read_lat, ib_atomic_lat,
 // ib_send_lat, ib_write_bw and ib_read_bw, with the same roles (a server

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command rivet is Rivet's command-line tool: it shows RDMA devices, manages
 // soft-RoCE links, watches link and port events, and runs perftest-style
 // and OSU-style benchmarks.

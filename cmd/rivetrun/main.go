@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command rivetrun starts N copies of a program on this node and serves
 // PMI-2 to them, as MPICH's Hydra mpiexec and Slurm's srun do, so a Rivet
 // program takes the same start-up path under any of the three.

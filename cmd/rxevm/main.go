@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command rxevm runs a command inside a throwaway qemu VM booted from the
 // host's Debian kernel, with a soft-RoCE topology built before it starts.
 // It is usable as `go test -exec rxevm`. See docs/rxevm.md.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Allreduce is the smallest complete Rivet program: it joins the job it
 // was started in, passes a token around a ring of point-to-point
 // messages, sums a vector over every process and checks the result.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Counter shows one-sided communication in both styles. First a shared
 // work counter: every rank takes task numbers with FetchAndOp on a
 // counter that rank 0 exposes, and adds each task's result into rank 0's

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Devices lists the RDMA devices and, for each RoCE port, the GID a queue
 // pair over RoCE v2 with IPv4 would use as its source (sgid_index).
 //

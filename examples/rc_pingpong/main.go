@@ -1,3 +1,5 @@
+//go:build linux
+
 // Rc_pingpong is ibv_rc_pingpong (rdma-core's libibverbs example) in Go on
 // Rivet's verbs: same flags, same TCP exchange of QP addresses, same output,
 // so either side can be the C program.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package jobtest runs a test binary as the ranks of a job, through
 // rivetrun's engine (internal/launch). It is apart from testutil because
 // launch imports pmi, whose own tests use testutil.

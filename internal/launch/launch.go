@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package launch starts the processes of a job on this node and serves
 // PMI-2 to them. It is the engine of cmd/rivetrun, and tests use it to run
 // multi-process programs without building rivetrun first.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package pmi speaks the Process Management Interface that launchers serve
 // to the processes they start: PMI-1 (text lines) and PMI-2 (length-prefixed
 // records), as MPICH's Hydra mpiexec and Slurm's srun --mpi=pmi2 do. It has

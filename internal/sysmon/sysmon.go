@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package sysmon lowers the Go runtime's monitor thread to the kernel's
 // SCHED_IDLE policy on processes confined to one CPU.
 //

@@ -1,3 +1,5 @@
+//go:build linux
+
 #include "textflag.h"
 
 // func ringWrite(fd int, p unsafe.Pointer, n int) (r int, errno uintptr)

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package uverbs holds the kernel's uverbs ABI: the write() framing of
 // /dev/infiniband/uverbsN, the command structs, and one typed wrapper per
 // command. It mirrors include/uapi/rdma/ib_user_verbs.h (Linux 6.1); users

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package vm runs a command inside a throwaway qemu virtual machine booted
 // from the host's own Debian kernel, with an optional soft-RoCE topology set
 // up before the command starts. It is the engine behind cmd/rxevm.
