@@ -7,7 +7,7 @@ import (
 )
 
 // TestLayouts pins the structs to pahole's sizes and offsets for
-// rdma_user_rxe.h (shared/design/verbs-abi-layouts.txt).
+// rdma_user_rxe.h (internal/uverbs/testdata/verbs-abi-layouts.txt).
 func TestLayouts(t *testing.T) {
 	var w SendWQEHeader
 	var r RecvWQEHeader

@@ -6,7 +6,7 @@ import "structs"
 
 // The structs below mirror include/uapi/rdma/ib_user_verbs.h and
 // rdma_user_rxe.h (Linux 6.1). Every size is pinned by abi_test.go against
-// the pahole dump in shared/design/verbs-abi-sizes.txt. A request that has
+// the pahole dump in testdata/verbs-abi-sizes.txt. A request that has
 // a response starts with Response, the user address the kernel writes to.
 
 // Command numbers (enum ib_uverbs_write_cmds).
