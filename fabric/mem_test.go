@@ -5,6 +5,7 @@ package fabric
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/rivet-hpc/rivet/verbs"
 )
@@ -104,9 +105,15 @@ func TestVerbsTimeoutOption(t *testing.T) {
 	if c := o.qpConfig(); err != nil || c.Timeout != 17 || c.RetryCount != 3 {
 		t.Errorf("RIVET_VERBS_TIMEOUT=17 RIVET_VERBS_RETRY=3: %+v, %v", c, err)
 	}
-	o, _ = buildOptions([]Option{WithVerbsTimeout(12, 0)})
+	o, _ = buildOptions([]Option{WithVerbsTimeout(16*time.Millisecond, 0)})
 	if c := o.qpConfig(); c.Timeout != 12 || c.RetryCount != verbs.DefaultRetryCount {
-		t.Errorf("the option did not win over the environment: %+v", c)
+		t.Errorf("16 ms (rounded up to 4.096 µs × 2^12, 16.8 ms) did not win over the environment: %+v", c)
+	}
+	for ack, want := range map[time.Duration]uint8{time.Nanosecond: 1, 8192 * time.Nanosecond: 1, 8193 * time.Nanosecond: 2,
+		268435456 * time.Nanosecond: 16, 4096 << 31 * time.Nanosecond: 31} {
+		if got, ok := ackExponent(ack); !ok || got != want {
+			t.Errorf("ackExponent(%v) = %d, %v; want %d", ack, got, ok, want)
+		}
 	}
 	for _, bad := range [][2]string{{"RIVET_VERBS_TIMEOUT", "32"}, {"RIVET_VERBS_RETRY", "7"}, {"RIVET_VERBS_RETRY", "x"}} {
 		t.Setenv(bad[0], bad[1])
@@ -115,7 +122,9 @@ func TestVerbsTimeoutOption(t *testing.T) {
 		}
 		t.Setenv(bad[0], "")
 	}
-	if _, err := buildOptions([]Option{WithVerbsTimeout(40, 7)}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("WithVerbsTimeout(40, 7): %v", err)
+	for _, bad := range []Option{WithVerbsTimeout(time.Second, 7), WithVerbsTimeout(-time.Millisecond, 0), WithVerbsTimeout(3*time.Hour, 0)} {
+		if _, err := buildOptions([]Option{bad}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("a bad WithVerbsTimeout: %v", err)
+		}
 	}
 }

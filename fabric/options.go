@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rivet-hpc/rivet/verbs"
 )
@@ -24,19 +25,38 @@ type options struct {
 	// 0 means the fabric's default (vTimeout, verbs.DefaultRetryCount).
 	qpTimeout uint8
 	qpRetry   int
+	qpAck     time.Duration // WithVerbsTimeout's, when qpAckSet
+	qpAckSet  bool
 }
 
-// WithVerbsTimeout sets the verbs provider's transport timeout and retry
-// count, which bound how long a request to a dead peer takes to fail:
-// retries+1 transmissions, 4.096 µs × 2^timeout apart (see
-// verbs.RetryBound). timeout is 1..31 and retries 1..6; 0 keeps the
-// default for either (timeout 16, about 268 ms; 6 retries: a bound of
-// about 2.1 s). Shorter bounds find failures sooner and call a peer that
-// is only slow (a loaded or emulated machine) dead more often. The
-// RIVET_VERBS_TIMEOUT and RIVET_VERBS_RETRY environment variables set the
-// same.
-func WithVerbsTimeout(timeout uint8, retries int) Option {
-	return func(o *options) { o.qpTimeout, o.qpRetry = timeout, retries }
+// WithVerbsTimeout sets the verbs provider's transport timeout — how
+// long a queue pair waits for an acknowledgement before it transmits
+// again — and its retry count. Together they bound how long a request to
+// a dead peer takes to fail: retries+1 transmissions, ack apart (see
+// verbs.RetryBound). The NIC takes the timeout as 4.096 µs × 2^t for t
+// from 1 to 31, so ack is rounded up to the next such value (8.2 µs to
+// about 2.4 hours); retries is 1..6. 0 keeps the default for either (ack
+// about 268 ms, 6 retries: a bound of about 2.1 s). Shorter bounds find
+// failures sooner and call a peer that is only slow (a loaded or
+// emulated machine) dead more often. The RIVET_VERBS_TIMEOUT (t, the
+// exponent, as perftest and the verbs API take it) and RIVET_VERBS_RETRY
+// environment variables set the same.
+func WithVerbsTimeout(ack time.Duration, retries int) Option {
+	return func(o *options) { o.qpAck, o.qpAckSet, o.qpRetry = ack, true, retries }
+}
+
+// ackExponent is the smallest t from 1 to 31 with 4.096 µs × 2^t ≥ ack,
+// 0 for 0, or false when ack is negative or longer than 4.096 µs × 2^31.
+func ackExponent(ack time.Duration) (uint8, bool) {
+	if ack == 0 {
+		return 0, true
+	}
+	for t := uint8(1); t <= 31; t++ {
+		if time.Duration(4096<<t)*time.Nanosecond >= ack {
+			return t, ack > 0
+		}
+	}
+	return 0, false
 }
 
 // WithProvider chooses how peers are reached: "auto" (the default) uses
@@ -81,6 +101,13 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.qpAckSet {
+		t, ok := ackExponent(o.qpAck)
+		if !ok {
+			return o, fmt.Errorf("%w: verbs timeout %v (want 0, or up to 4.096 µs × 2^31)", ErrInvalid, o.qpAck)
+		}
+		o.qpTimeout = t
 	}
 	if o.qpTimeout > 31 || o.qpRetry < 0 || o.qpRetry > 6 {
 		return o, fmt.Errorf("%w: verbs timeout %d, retries %d (want 0..31 and 0..6)", ErrInvalid, o.qpTimeout, o.qpRetry)
