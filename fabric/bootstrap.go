@@ -120,9 +120,6 @@ func (b *pmiBootstrap) Get(ctx context.Context, rank int, key string) ([]byte, e
 
 func (b *pmiBootstrap) Close() error { return b.c.Finalize(context.Background()) }
 
-// ErrNotFound is returned by Bootstrap.Get for a key the rank did not put.
-var ErrNotFound = errors.New("not found")
-
 func rankKey(rank int, key string) string { return "r" + strconv.Itoa(rank) + "-" + key }
 
 func checkKey(key string) error {

@@ -5,6 +5,22 @@ package fabric
 import (
 	"errors"
 	"fmt"
+
+	"github.com/rivet-hpc/rivet/hw"
+	"github.com/rivet-hpc/rivet/verbs"
+)
+
+// The sentinels the layers below define are the same values here, so one
+// errors.Is test covers an error from any layer.
+var (
+	// ErrInvalid is wrapped by every rejected argument (verbs.ErrInvalid).
+	ErrInvalid = verbs.ErrInvalid
+	// ErrNotSupported is returned for what the providers in use cannot do
+	// (hw.ErrNotSupported, as verbs.ErrNotSupported).
+	ErrNotSupported = hw.ErrNotSupported
+	// ErrNotFound is returned by Bootstrap.Get for a key the rank did not
+	// put (hw.ErrNotFound).
+	ErrNotFound = hw.ErrNotFound
 )
 
 // Errors returned by communicators and requests; match them with errors.Is.

@@ -3,12 +3,8 @@
 package fabric
 
 import (
-	"errors"
 	"fmt"
 )
-
-// ErrInvalid is wrapped by every rejected argument in this package.
-var ErrInvalid = errors.New("invalid argument")
 
 // Undefined is the rank a process has in a group it is not in
 // (MPI_UNDEFINED), and what TranslateRanks returns for such a process.

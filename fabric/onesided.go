@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rivet-hpc/rivet/hw"
 	"github.com/rivet-hpc/rivet/verbs"
 )
 
@@ -22,9 +21,6 @@ import (
 // They run over the verbs provider; a peer reached otherwise gets an
 // error wrapping ErrNotSupported (RIVET_PROVIDER=verbs reaches every
 // peer, including those on this node, over verbs).
-
-// ErrNotSupported is returned for what the providers in use cannot do.
-var ErrNotSupported = hw.ErrNotSupported
 
 // RemoteMem describes memory a process exposed: its address, length and
 // the key that grants access. It is plain data, RemoteMemSize bytes in
