@@ -73,9 +73,9 @@ func (c *Comm) Group() Group {
 	return g
 }
 
-// ContextID is the communicator's context id, unique among the
+// contextID is the communicator's context id, unique among the
 // communicators any one process belongs to; for logs and tests.
-func (c *Comm) ContextID() uint32 { return c.id }
+func (c *Comm) contextID() uint32 { return c.id }
 
 // The matching contexts of a communicator: user point-to-point, the
 // fabric's own management traffic (communicator creation), and schedules

@@ -21,8 +21,8 @@ func progComms(ctx context.Context, ep *Endpoint) error {
 	d, err := w.Dup(ctx)
 	must(err, "dup")
 	held = append(held, d)
-	if d.ContextID() == w.ContextID() || d.Size() != w.Size() || d.Rank() != me {
-		failf("dup: id %d (world %d), size %d, rank %d", d.ContextID(), w.ContextID(), d.Size(), d.Rank())
+	if d.contextID() == w.contextID() || d.Size() != w.Size() || d.Rank() != me {
+		failf("dup: id %d (world %d), size %d, rank %d", d.contextID(), w.contextID(), d.Size(), d.Rank())
 	}
 	// Same tag, same peers, two communicators: each receive gets its own.
 	peer := me ^ 1
@@ -105,18 +105,18 @@ func progComms(ctx context.Context, ep *Endpoint) error {
 	// No two communicators this process holds share a context id.
 	seen := map[uint32]bool{}
 	for _, h := range held {
-		if seen[h.ContextID()] {
-			failf("context id %d is used twice here", h.ContextID())
+		if seen[h.contextID()] {
+			failf("context id %d is used twice here", h.contextID())
 		}
-		seen[h.ContextID()] = true
+		seen[h.contextID()] = true
 	}
 
 	// Freed ids come back: a hundred dup/free rounds stay in a few ids.
 	for i := 0; i < 100; i++ {
 		x, err := w.Dup(ctx)
 		must(err, "dup")
-		if x.ContextID() > 16 {
-			failf("round %d: context id %d — freed ids are not reused", i, x.ContextID())
+		if x.contextID() > 16 {
+			failf("round %d: context id %d — freed ids are not reused", i, x.contextID())
 		}
 		must(x.Free(), "free")
 	}

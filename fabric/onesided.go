@@ -196,9 +196,9 @@ func (ep *Endpoint) Flush(ctx context.Context, peer int) error {
 	})
 }
 
-// OneSidedCounts returns how many one-sided operations this process
+// oneSidedCounts returns how many one-sided operations this process
 // issued to peer and how many of them have completed.
-func (ep *Endpoint) OneSidedCounts(peer int) (issued, completed uint64) {
+func (ep *Endpoint) oneSidedCounts(peer int) (issued, completed uint64) {
 	ep.e.mu.Lock()
 	defer ep.e.mu.Unlock()
 	if v := ep.verbs; v != nil && peer >= 0 && peer < ep.size && v.oneSidedPeer(peer) != nil {

@@ -82,7 +82,7 @@ func progOneSided(ctx context.Context, ep *Endpoint) error {
 	must(ep.Put(ctx, right, keys[right], 64<<10, reg), "put registered")
 	must(ep.Put(ctx, right, keys[right], size-1, []byte{byte(me)}), "put last byte")
 	must(ep.Flush(ctx, right), "flush puts")
-	if is, done := ep.OneSidedCounts(right); is != 3 || done != 3 {
+	if is, done := ep.oneSidedCounts(right); is != 3 || done != 3 {
 		failf("one-sided counts %d issued, %d done; want 3, 3", is, done)
 	}
 	sync()

@@ -365,8 +365,8 @@ func sizeOf[T Elem]() int {
 	return int(unsafe.Sizeof(z))
 }
 
-// AsBytes views a typed slice as bytes, without copying.
-func AsBytes[T Elem](s []T) []byte {
+// asBytes views a typed slice as bytes, without copying.
+func asBytes[T Elem](s []T) []byte {
 	if len(s) == 0 {
 		return []byte{}
 	}
@@ -375,21 +375,21 @@ func AsBytes[T Elem](s []T) []byte {
 
 // SendSlice is Send of a typed slice.
 func SendSlice[T Elem](ctx context.Context, c *Comm, buf []T, dest, tag int) error {
-	return c.Send(ctx, AsBytes(buf), dest, tag)
+	return c.Send(ctx, asBytes(buf), dest, tag)
 }
 
 // RecvSlice is Recv into a typed slice; Count[T] of the status gives the
 // number of elements received.
 func RecvSlice[T Elem](ctx context.Context, c *Comm, buf []T, src, tag int) (Status, error) {
-	return c.Recv(ctx, AsBytes(buf), src, tag)
+	return c.Recv(ctx, asBytes(buf), src, tag)
 }
 
 // IsendSlice is Isend of a typed slice.
 func IsendSlice[T Elem](c *Comm, buf []T, dest, tag int) (Request, error) {
-	return c.Isend(AsBytes(buf), dest, tag)
+	return c.Isend(asBytes(buf), dest, tag)
 }
 
 // IrecvSlice is Irecv into a typed slice.
 func IrecvSlice[T Elem](c *Comm, buf []T, src, tag int) (Request, error) {
-	return c.Irecv(AsBytes(buf), src, tag)
+	return c.Irecv(asBytes(buf), src, tag)
 }
