@@ -22,7 +22,10 @@ import (
 
 // Bootstrap is how the processes of a job meet before any fabric
 // connection exists: each knows its rank and the job's size, publishes
-// values, and after a fence reads everyone's.
+// values, and after a fence reads everyone's. A Bootstrap that also
+// implements JobNamer names the job, and the endpoint's shared-memory
+// segments carry that name (so a launcher can remove what a killed job
+// left behind).
 type Bootstrap interface {
 	Rank() int
 	Size() int
@@ -39,6 +42,12 @@ type Bootstrap interface {
 	// "slurm", "torchrun", "singleton".
 	Launcher() string
 	Close() error
+}
+
+// JobNamer is the optional method of a Bootstrap that knows the
+// launcher's name for the job (PMI's KVS name).
+type JobNamer interface {
+	JobID() string
 }
 
 // ErrNoSecret is returned when a job's processes would meet over TCP

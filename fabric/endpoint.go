@@ -320,7 +320,7 @@ func (ep *Endpoint) logRoutes(w io.Writer) {
 // the launcher's job id when it has one, so rivetrun can sweep them.
 func segmentPrefix(b Bootstrap) string {
 	id := ""
-	if j, ok := b.(interface{ JobID() string }); ok {
+	if j, ok := b.(JobNamer); ok {
 		id = j.JobID()
 	}
 	id = strings.Map(func(r rune) rune {
