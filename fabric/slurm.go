@@ -76,6 +76,10 @@ func slurmPort() (int, error) {
 	return 30000 + int(h.Sum32()%30000), nil
 }
 
+// maxHosts bounds what a hostlist may expand to: "a[0-9999]b[0-9999]"
+// names 10^8 hosts, which no job has and no memory holds.
+const maxHosts = 1 << 20
+
 // ParseHostlist expands a Slurm hostlist such as "nid[001-003,010],login1"
 // into host names, keeping zero padding ("nid001", …).
 func ParseHostlist(s string) ([]string, error) {
@@ -85,6 +89,9 @@ func ParseHostlist(s string) ([]string, error) {
 			continue
 		}
 		hosts, err := expandHost(item)
+		if err == nil && len(out)+len(hosts) > maxHosts {
+			err = fmt.Errorf("more than %d hosts", maxHosts)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("fabric: hostlist %q: %w", s, err)
 		}
@@ -131,6 +138,9 @@ func expandHost(item string) ([]string, error) {
 	}
 	end += open
 	prefix, body, rest := item[:open], item[open+1:end], item[end+1:]
+	if strings.ContainsAny(prefix, "]") {
+		return nil, fmt.Errorf("unbalanced ']' in %q", item)
+	}
 	tails, err := expandHost(rest)
 	if err != nil {
 		return nil, err
@@ -148,6 +158,9 @@ func expandHost(item string) ([]string, error) {
 		}
 		if b-a > 1<<16 {
 			return nil, fmt.Errorf("range %q is too long", r)
+		}
+		if len(out)+(b-a+1)*len(tails) > maxHosts {
+			return nil, fmt.Errorf("more than %d hosts", maxHosts)
 		}
 		for n := a; n <= b; n++ {
 			num := fmt.Sprintf("%0*d", len(lo), n)

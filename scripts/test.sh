@@ -55,6 +55,17 @@ echo "== host tests (-race)"
 RIVET_REQUIRE_VM=1 RIVET_REQUIRE_TOOLS=1 go test -race -count=1 ./...
 t1=$SECONDS
 
+echo "== fuzzing the wire decoders, ${RIVET_FUZZTIME:-10s} each"
+# Their seed corpora (and any crasher found before, in testdata/fuzz) run
+# with the tests above; here each target also explores for a bounded time.
+for target in "FuzzV1 ./internal/pmi" "FuzzV2 ./internal/pmi" "FuzzParseHostlist ./fabric" \
+	"FuzzRemoteMem ./fabric" "FuzzNotice ./fabric" "FuzzParseGID ./hw"; do
+	set -- $target
+	go test -run '^$' -fuzz "^$1\$" -fuzztime "${RIVET_FUZZTIME:-10s}" "$2" >/tmp/rivet-fuzz.log 2>&1 ||
+		{ cat /tmp/rivet-fuzz.log; echo "test.sh: $1 failed (the crasher is in $2/testdata/fuzz/$1)" >&2; exit 1; }
+done
+tf=$SECONDS
+
 echo "== soft-RoCE suite in the VM"
 mkdir -p bin
 CGO_ENABLED=0 go build -o bin/rxevm ./cmd/rxevm
@@ -76,4 +87,4 @@ RIVET_REQUIRE_RDMA=1 go test -count=1 -p 1 -v -timeout 12m -skip '^TestHost' \
 	grep -vE '^=== (RUN|PAUSE|CONT)' |
 	awk '{print} /^--- SKIP/ {skip=1} END {if (skip) {print "test.sh: a soft-RoCE test skipped inside the VM"; exit 1}}'
 t2=$SECONDS
-echo "== done: host tests $((t1 - t0))s, VM suite $((t2 - t1))s"
+echo "== done: host tests $((t1 - t0))s, fuzzing $((tf - t1))s, VM suite $((t2 - tf))s"
