@@ -355,6 +355,12 @@ func (w *Window) setup(flavor Flavor, base []byte, size int, mine *desc) (err er
 	if len(w.base) > 0 {
 		mine.dataExposed = true
 		if mine.ldata, err = ep.ExposeLocal(padded(w.base)); err != nil {
+			// A sub-slice whose padding crosses its allocation's end:
+			// exposed as it is (an accumulate on its last word then
+			// fails with a bounds error, before the NIC).
+			mine.ldata, err = ep.ExposeLocal(w.base)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -364,6 +370,9 @@ func (w *Window) setup(flavor Flavor, base []byte, size int, mine *desc) (err er
 	if w.nic {
 		if len(w.base) > 0 {
 			if mine.rdata, err = ep.Expose(padded(w.base)); err != nil {
+				mine.rdata, err = ep.Expose(w.base)
+			}
+			if err != nil {
 				return err
 			}
 		}
