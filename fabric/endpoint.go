@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rivet-hpc/rivet/fabric/bootstrap"
 	"github.com/rivet-hpc/rivet/internal/sysmon"
 )
 
@@ -29,7 +30,7 @@ var testHookBeforeUnlink func(*Endpoint)
 // Endpoint is this process's place in a job: its bootstrap, providers and
 // matching engine, and the world and self communicators.
 type Endpoint struct {
-	boot  Bootstrap
+	boot  bootstrap.Bootstrap
 	e     *engine
 	rank  int
 	size  int
@@ -50,12 +51,12 @@ type Endpoint struct {
 	stopEvents func() // ends watchVerbs
 }
 
-// Init joins the job this process was started in (see DetectBootstrap)
+// Init joins the job this process was started in (see bootstrap.Detect)
 // and connects to its peers: shared memory to every process on this node,
 // verbs (RDMA) to the others (see WithProvider). It is collective: every
 // process of the job calls it.
 func Init(ctx context.Context, opts ...Option) (*Endpoint, error) {
-	b, err := DetectBootstrap(ctx)
+	b, err := bootstrap.Detect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +69,7 @@ func Init(ctx context.Context, opts ...Option) (*Endpoint, error) {
 }
 
 // InitWith is Init over a bootstrap the caller made.
-func InitWith(ctx context.Context, b Bootstrap, opts ...Option) (*Endpoint, error) {
+func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endpoint, error) {
 	o, err := buildOptions(opts)
 	if err != nil {
 		return nil, err
@@ -318,9 +319,9 @@ func (ep *Endpoint) logRoutes(w io.Writer) {
 
 // segmentPrefix starts every segment name of a job with the same prefix,
 // the launcher's job id when it has one, so rivetrun can sweep them.
-func segmentPrefix(b Bootstrap) string {
+func segmentPrefix(b bootstrap.Bootstrap) string {
 	id := ""
-	if j, ok := b.(JobNamer); ok {
+	if j, ok := b.(bootstrap.JobNamer); ok {
 		id = j.JobID()
 	}
 	id = strings.Map(func(r rune) rune {

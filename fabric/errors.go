@@ -18,8 +18,8 @@ var (
 	// ErrNotSupported is returned for what the providers in use cannot do
 	// (hw.ErrNotSupported, as verbs.ErrNotSupported).
 	ErrNotSupported = hw.ErrNotSupported
-	// ErrNotFound is returned by Bootstrap.Get for a key the rank did not
-	// put (hw.ErrNotFound).
+	// ErrNotFound is returned for what is not there, such as a key a rank
+	// did not put (bootstrap.ErrNotFound, hw.ErrNotFound).
 	ErrNotFound = hw.ErrNotFound
 )
 

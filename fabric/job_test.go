@@ -20,6 +20,13 @@ const progEnv = "RIVET_FABRIC_PROG"
 
 var progs = map[string]func(ctx context.Context, ep *Endpoint) error{}
 
+func TestMain(m *testing.M) {
+	if prog := os.Getenv(progEnv); prog != "" {
+		os.Exit(runProg(prog))
+	}
+	os.Exit(m.Run())
+}
+
 // preInit runs before Init in a program's processes.
 var preInit = map[string]func(){}
 

@@ -58,7 +58,7 @@ t1=$SECONDS
 echo "== fuzzing the wire decoders, ${RIVET_FUZZTIME:-10s} each"
 # Their seed corpora (and any crasher found before, in testdata/fuzz) run
 # with the tests above; here each target also explores for a bounded time.
-for target in "FuzzV1 ./internal/pmi" "FuzzV2 ./internal/pmi" "FuzzParseHostlist ./fabric" \
+for target in "FuzzV1 ./internal/pmi" "FuzzV2 ./internal/pmi" "FuzzParseHostlist ./fabric/bootstrap" \
 	"FuzzRemoteMem ./fabric" "FuzzNotice ./fabric" "FuzzParseGID ./hw"; do
 	set -- $target
 	go test -run '^$' -fuzz "^$1\$" -fuzztime "${RIVET_FUZZTIME:-10s}" "$2" >/tmp/rivet-fuzz.log 2>&1 ||

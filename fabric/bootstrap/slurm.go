@@ -1,6 +1,6 @@
 //go:build linux
 
-package fabric
+package bootstrap
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func slurmBootstrap(ctx context.Context) (Bootstrap, error) {
 	rank, err1 := strconv.Atoi(os.Getenv("SLURM_PROCID"))
 	size, err2 := strconv.Atoi(os.Getenv("SLURM_NTASKS"))
 	if err1 != nil || err2 != nil || size < 1 || rank < 0 || rank >= size {
-		return nil, fmt.Errorf("fabric: SLURM_PROCID=%q SLURM_NTASKS=%q do not name a rank in a job", os.Getenv("SLURM_PROCID"), os.Getenv("SLURM_NTASKS"))
+		return nil, fmt.Errorf("bootstrap: SLURM_PROCID=%q SLURM_NTASKS=%q do not name a rank in a job", os.Getenv("SLURM_PROCID"), os.Getenv("SLURM_NTASKS"))
 	}
 	hosts, err := ParseHostlist(slurmNodelist())
 	if err != nil {
@@ -63,7 +63,7 @@ func slurmPort() (int, error) {
 	if v := os.Getenv("RIVET_RENDEZVOUS_PORT"); v != "" {
 		p, err := strconv.Atoi(v)
 		if err != nil || p < 1 || p > 65535 {
-			return 0, fmt.Errorf("fabric: RIVET_RENDEZVOUS_PORT=%q is not a port", v)
+			return 0, fmt.Errorf("bootstrap: RIVET_RENDEZVOUS_PORT=%q is not a port", v)
 		}
 		return p, nil
 	}
@@ -93,12 +93,12 @@ func ParseHostlist(s string) ([]string, error) {
 			err = fmt.Errorf("more than %d hosts", maxHosts)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("fabric: hostlist %q: %w", s, err)
+			return nil, fmt.Errorf("bootstrap: hostlist %q: %w", s, err)
 		}
 		out = append(out, hosts...)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("fabric: hostlist %q names no host", s)
+		return nil, fmt.Errorf("bootstrap: hostlist %q names no host", s)
 	}
 	return out, nil
 }

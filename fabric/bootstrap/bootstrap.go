@@ -1,13 +1,12 @@
 //go:build linux
 
-// Package fabric is Rivet's runtime: how the processes of a job find each
-// other (bootstrap), the endpoint that reaches them through providers
-// (shared memory on a node, verbs/RDMA between nodes, chosen per peer),
-// communicators and groups, tagged point-to-point messaging, schedules
-// (the engine under the collectives), one-sided primitives over verbs,
-// and the failure knowledge every layer consults (Failed, Health). See
-// docs/fabric.md.
-package fabric
+// Package bootstrap is how the processes of a job meet before any fabric
+// connection exists: each learns its rank and the job's size, publishes
+// small values (its addresses) and reads everyone's after a fence. Detect
+// finds the launcher the process was started by — PMI-2 or PMI-1 (Hydra,
+// srun --mpi=pmi2, rivetrun), a Slurm step without PMI, torchrun-style
+// variables — or makes a job of one. See docs/bootstrap.md.
+package bootstrap
 
 import (
 	"context"
@@ -17,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rivet-hpc/rivet/hw"
 	"github.com/rivet-hpc/rivet/internal/pmi"
 )
 
@@ -52,22 +52,27 @@ type JobNamer interface {
 
 // ErrNoSecret is returned when a job's processes would meet over TCP
 // without the secret that keeps others out.
-var ErrNoSecret = errors.New("fabric: RIVET_JOB_SECRET is not set")
+var ErrNoSecret = errors.New("bootstrap: RIVET_JOB_SECRET is not set")
 
-// DetectBootstrap finds the job this process belongs to, in this order:
+// ErrNotFound is returned by Get for a key the rank did not put. It is
+// hw.ErrNotFound, as fabric.ErrNotFound is, so one errors.Is test
+// covers every layer.
+var ErrNotFound = hw.ErrNotFound
+
+// Detect finds the job this process belongs to, in this order:
 // PMI-2/PMI-1 over PMI_FD or PMI_PORT (Hydra's mpiexec, srun --mpi=pmi2,
 // rivetrun); a Slurm step without PMI (SLURM_PROCID, SLURM_NTASKS and the
 // step's nodelist: rank 0 hosts the store on the first node);
 // torchrun-style RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
 // meeting at a store that rank 0 hosts and that admits only holders of
 // RIVET_JOB_SECRET; otherwise a singleton job of size 1.
-func DetectBootstrap(ctx context.Context) (Bootstrap, error) {
+func Detect(ctx context.Context) (Bootstrap, error) {
 	c, err := pmi.FromEnv(ctx)
 	switch {
 	case err == nil:
 		return &pmiBootstrap{c: c}, nil
 	case !errors.Is(err, pmi.ErrNoLauncher):
-		return nil, fmt.Errorf("fabric: bootstrap over PMI: %w", err)
+		return nil, fmt.Errorf("bootstrap: bootstrap over PMI: %w", err)
 	}
 	if haveSlurm() {
 		return slurmBootstrap(ctx)
@@ -75,18 +80,18 @@ func DetectBootstrap(ctx context.Context) (Bootstrap, error) {
 	if os.Getenv("RANK") != "" && os.Getenv("WORLD_SIZE") != "" {
 		return torchrunBootstrap(ctx)
 	}
-	return newSingleton(), nil
+	return Singleton(), nil
 }
 
 func torchrunBootstrap(ctx context.Context) (Bootstrap, error) {
 	rank, err1 := strconv.Atoi(os.Getenv("RANK"))
 	size, err2 := strconv.Atoi(os.Getenv("WORLD_SIZE"))
 	if err1 != nil || err2 != nil || size < 1 || rank < 0 || rank >= size {
-		return nil, fmt.Errorf("fabric: RANK=%q WORLD_SIZE=%q do not name a rank in a job", os.Getenv("RANK"), os.Getenv("WORLD_SIZE"))
+		return nil, fmt.Errorf("bootstrap: RANK=%q WORLD_SIZE=%q do not name a rank in a job", os.Getenv("RANK"), os.Getenv("WORLD_SIZE"))
 	}
 	host, port := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
 	if host == "" || port == "" {
-		return nil, fmt.Errorf("fabric: RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not")
+		return nil, fmt.Errorf("bootstrap: RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not")
 	}
 	secret := os.Getenv("RIVET_JOB_SECRET")
 	if secret == "" {
@@ -122,7 +127,7 @@ func (b *pmiBootstrap) Get(ctx context.Context, rank int, key string) ([]byte, e
 	}
 	v, err := b.c.GetBlob(ctx, rankKey(rank, key))
 	if errors.Is(err, pmi.ErrNotFound) {
-		return nil, fmt.Errorf("fabric: rank %d put nothing under %q: %w", rank, key, ErrNotFound)
+		return nil, fmt.Errorf("bootstrap: rank %d put nothing under %q: %w", rank, key, ErrNotFound)
 	}
 	return v, err
 }
@@ -133,22 +138,24 @@ func rankKey(rank int, key string) string { return "r" + strconv.Itoa(rank) + "-
 
 func checkKey(key string) error {
 	if key == "" || len(key) > 40 || strings.ContainsAny(key, " ;=\n") {
-		return fmt.Errorf("fabric: bootstrap key %q: 1 to 40 bytes, no spaces, ';' or '='", key)
+		return fmt.Errorf("bootstrap: bootstrap key %q: 1 to 40 bytes, no spaces, ';' or '='", key)
 	}
 	return nil
 }
 
 func checkRankKey(rank, size int, key string) error {
 	if rank < 0 || rank >= size {
-		return fmt.Errorf("fabric: rank %d is not in a job of %d", rank, size)
+		return fmt.Errorf("bootstrap: rank %d is not in a job of %d", rank, size)
 	}
 	return checkKey(key)
 }
 
+// Singleton returns the bootstrap of a job of one process, as Detect
+// does when no launcher started this one.
+func Singleton() Bootstrap { return &singleton{kv: map[string][]byte{}} }
+
 // singleton is a job of one process.
 type singleton struct{ kv map[string][]byte }
-
-func newSingleton() *singleton { return &singleton{kv: map[string][]byte{}} }
 
 func (s *singleton) Rank() int                       { return 0 }
 func (s *singleton) Size() int                       { return 1 }
@@ -169,7 +176,7 @@ func (s *singleton) Get(_ context.Context, rank int, key string) ([]byte, error)
 	}
 	v, ok := s.kv[key]
 	if !ok {
-		return nil, fmt.Errorf("fabric: rank 0 put nothing under %q: %w", key, ErrNotFound)
+		return nil, fmt.Errorf("bootstrap: rank 0 put nothing under %q: %w", key, ErrNotFound)
 	}
 	return v, nil
 }

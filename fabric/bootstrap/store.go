@@ -1,6 +1,6 @@
 //go:build linux
 
-package fabric
+package bootstrap
 
 import (
 	"bufio"
@@ -28,7 +28,7 @@ import (
 // the wire and neither a stranger nor a rogue listener gets in.
 
 // ErrDenied is returned when the other side does not prove the job secret.
-var ErrDenied = errors.New("fabric: the job secret does not match")
+var ErrDenied = errors.New("bootstrap: the job secret does not match")
 
 const storeHello = "rivet-store/1"
 
@@ -60,7 +60,7 @@ func joinStore(ctx context.Context, addr string, rank, size int, secret string) 
 		if srv != nil {
 			srv.close()
 		}
-		return nil, fmt.Errorf("fabric: joining the store: %w", err)
+		return nil, fmt.Errorf("bootstrap: joining the store: %w", err)
 	}
 	b := &storeBootstrap{pmiBootstrap: pmiBootstrap{c: c}, srv: srv, launcher: "torchrun"}
 	return b, nil
@@ -95,7 +95,7 @@ func dialStore(ctx context.Context, addr string) (net.Conn, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("fabric: reaching the store at %s: %w (last: %v)", addr, ctx.Err(), err)
+			return nil, fmt.Errorf("bootstrap: reaching the store at %s: %w (last: %v)", addr, ctx.Err(), err)
 		case <-time.After(delay):
 		}
 	}
@@ -122,7 +122,7 @@ func clientHandshake(ctx context.Context, conn net.Conn, rank int, secret string
 	line, err := r.ReadString('\n')
 	f := strings.Fields(line)
 	if err != nil || len(f) != 2 || f[0] != storeHello {
-		return fmt.Errorf("fabric: the store did not greet (%q, %v)", line, err)
+		return fmt.Errorf("bootstrap: the store did not greet (%q, %v)", line, err)
 	}
 	mine := nonce()
 	if _, err := fmt.Fprintf(conn, "%d %s %s\n", rank, mine, mac(secret, "client", f[1], rank)); err != nil {
@@ -137,7 +137,7 @@ func clientHandshake(ctx context.Context, conn net.Conn, rank int, secret string
 		return fmt.Errorf("%w: the store could not prove it", ErrDenied)
 	}
 	if r.Buffered() > 0 {
-		return fmt.Errorf("fabric: the store sent more than its handshake")
+		return fmt.Errorf("bootstrap: the store sent more than its handshake")
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ type storeServer struct {
 func startStore(addr string, size int, secret string) (*storeServer, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("fabric: rank 0 cannot host the store at %s: %w", addr, err)
+		return nil, fmt.Errorf("bootstrap: rank 0 cannot host the store at %s: %w", addr, err)
 	}
 	s := &storeServer{l: l, pmi: pmi.NewServer(size, "rivet-store-"+nonce()[:8]), secret: secret, size: size, joined: map[int]bool{}}
 	go s.accept()

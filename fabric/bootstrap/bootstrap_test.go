@@ -1,6 +1,6 @@
 //go:build linux
 
-package fabric
+package bootstrap_test
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/fabric/bootstrap"
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
@@ -25,9 +27,6 @@ import (
 const childEnv = "RIVET_FABRIC_BOOTSTRAP_CHILD"
 
 func TestMain(m *testing.M) {
-	if prog := os.Getenv(progEnv); prog != "" {
-		os.Exit(runProg(prog))
-	}
 	if os.Getenv(childEnv) == "1" {
 		if err := bootstrapChild(); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
@@ -43,7 +42,7 @@ func TestMain(m *testing.M) {
 func bootstrapChild() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := DetectBootstrap(ctx)
+	b, err := bootstrap.Detect(ctx)
 	if err != nil {
 		return err
 	}
@@ -64,7 +63,7 @@ func bootstrapChild() error {
 		}
 	}
 	// The same program then talks: a ring of messages around the world.
-	e, err := InitWith(ctx, b)
+	e, err := fabric.InitWith(ctx, b)
 	if err != nil {
 		return err
 	}
@@ -126,7 +125,7 @@ func TestSingleton(t *testing.T) {
 
 func TestUnderRivetrun(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "rivetrun")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/rivetrun").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/rivetrun").CombinedOutput(); err != nil {
 		t.Fatalf("building rivetrun: %v\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -217,79 +216,20 @@ func TestHostlist(t *testing.T) {
 		"node7":                   "node7",
 		"gpu[9-11]-ib":            "gpu9-ib gpu10-ib gpu11-ib",
 	} {
-		got, err := ParseHostlist(in)
+		got, err := bootstrap.ParseHostlist(in)
 		if err != nil || strings.Join(got, " ") != want {
 			t.Errorf("%q: %v %v, want %s", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"", "a[1-", "a[3-1]", "a]", "a[x]"} {
-		if _, err := ParseHostlist(bad); err == nil {
+		if _, err := bootstrap.ParseHostlist(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
 }
 
-// TestStoreSecret: a process without the secret, or claiming a rank that
-// already joined, is refused; and a client does not trust a store that
-// cannot prove the secret either.
-func TestStoreSecret(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	addr := "127.0.0.1:" + freePort(t)
-	srv, err := startStore(addr, 2, "right")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.close()
-	try := func(rank int, secret string) error {
-		conn, err := dialStore(ctx, addr)
-		if err != nil {
-			return err
-		}
-		err = clientHandshake(ctx, conn, rank, secret)
-		if err != nil {
-			conn.Close()
-		}
-		return err
-	}
-	if err := try(1, "wrong"); !errors.Is(err, ErrDenied) {
-		t.Errorf("wrong secret: %v, want ErrDenied", err)
-	}
-	if err := try(5, "right"); !errors.Is(err, ErrDenied) {
-		t.Errorf("rank outside the job: %v, want ErrDenied", err)
-	}
-	if err := try(1, "right"); err != nil {
-		t.Errorf("right secret: %v", err)
-	}
-	if err := try(1, "right"); !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "rank-already-joined") {
-		t.Errorf("second rank 1: %v, want it refused", err)
-	}
-
-	// A rogue listener that greets but cannot prove the secret.
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	defer l.Close()
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		fmt.Fprintf(c, "%s abcd\n", storeHello)
-		buf := make([]byte, 256)
-		c.Read(buf)
-		fmt.Fprintf(c, "ok %s\n", strings.Repeat("0", 64))
-	}()
-	conn, err := dialStore(ctx, l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := clientHandshake(ctx, conn, 0, "right"); !errors.Is(err, ErrDenied) {
-		t.Errorf("rogue store: %v, want ErrDenied", err)
-	}
-}
-
 func TestBootstrapErrors(t *testing.T) {
-	s := newSingleton()
+	s := bootstrap.Singleton()
 	ctx := context.Background()
 	if err := s.Put(ctx, "bad key", nil); err == nil {
 		t.Error("key with a space accepted")
@@ -297,7 +237,7 @@ func TestBootstrapErrors(t *testing.T) {
 	if _, err := s.Get(ctx, 1, "ep"); err == nil {
 		t.Error("rank 1 of a singleton accepted")
 	}
-	if _, err := s.Get(ctx, 0, "never"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(ctx, 0, "never"); !errors.Is(err, bootstrap.ErrNotFound) {
 		t.Errorf("missing key: %v", err)
 	}
 	for _, env := range [][]string{

@@ -1,0 +1,82 @@
+//go:build linux
+
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStoreSecret: a process without the secret, or claiming a rank that
+// already joined, is refused; and a client does not trust a store that
+// cannot prove the secret either.
+func TestStoreSecret(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr := "127.0.0.1:" + freePort(t)
+	srv, err := startStore(addr, 2, "right")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.close()
+	try := func(rank int, secret string) error {
+		conn, err := dialStore(ctx, addr)
+		if err != nil {
+			return err
+		}
+		err = clientHandshake(ctx, conn, rank, secret)
+		if err != nil {
+			conn.Close()
+		}
+		return err
+	}
+	if err := try(1, "wrong"); !errors.Is(err, ErrDenied) {
+		t.Errorf("wrong secret: %v, want ErrDenied", err)
+	}
+	if err := try(5, "right"); !errors.Is(err, ErrDenied) {
+		t.Errorf("rank outside the job: %v, want ErrDenied", err)
+	}
+	if err := try(1, "right"); err != nil {
+		t.Errorf("right secret: %v", err)
+	}
+	if err := try(1, "right"); !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "rank-already-joined") {
+		t.Errorf("second rank 1: %v, want it refused", err)
+	}
+
+	// A rogue listener that greets but cannot prove the secret.
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "%s abcd\n", storeHello)
+		buf := make([]byte, 256)
+		c.Read(buf)
+		fmt.Fprintf(c, "ok %s\n", strings.Repeat("0", 64))
+	}()
+	conn, err := dialStore(ctx, l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := clientHandshake(ctx, conn, 0, "right"); !errors.Is(err, ErrDenied) {
+		t.Errorf("rogue store: %v, want ErrDenied", err)
+	}
+}
+
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
