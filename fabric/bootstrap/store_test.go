@@ -71,7 +71,6 @@ func TestStoreSecret(t *testing.T) {
 	}
 }
 
-
 func freePort(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
