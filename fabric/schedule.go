@@ -129,7 +129,7 @@ type schedMsg struct {
 	peer int // rank in the communicator
 }
 
-// ErrMismatch: the processes of a collective disagree on its arguments
+// ErrMismatch is returned when the processes of a collective disagree on its arguments
 // (a count, a root, an operation) as far as the messages show.
 var ErrMismatch = errors.New("fabric: collective arguments differ between processes")
 

@@ -59,7 +59,7 @@ const (
 	// vRepostBatch is how many consumed receive buffers a poll posts
 	// again at once: one post per buffer cost a ping-pong about 270
 	// guest instructions per message, a tenth of the fabric's own
-	// (bench/insncount.sh). The sender's window shrinks by at most
+	// (lab/insncount.sh). The sender's window shrinks by at most
 	// vRepostBatch-1 buffers; with vRepostBatch ≤ vCredits/2 a sender
 	// out of credits always has vCredits/2 consumed buffers waiting to be
 	// reported, so writeCredits still returns them.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Rivet test on a Debian 12 machine (as root): installs what is
-# missing from Debian, then gofmt and go mod tidy checks, go vet, the host
-# tests with -race, and the soft-RoCE suite inside a throwaway VM
+# missing from Debian, then gofmt and go mod tidy checks, go vet, the
+# linters (scripts/lint.sh), the host tests with -race, the fuzz targets,
+# the lab's own tests, and the soft-RoCE suite inside a throwaway VM
 # (cmd/rxevm). This is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +12,8 @@ cd "$(dirname "$0")/.."
 # iproute2/rdma-core for the guest's tools, the C reference stack
 # (libibverbs providers, ibverbs-utils, perftest) to compare against, and
 # MPICH for its Hydra launcher, which the PMI bootstrap is tested under, and
-# Open MPI, whose build of the OSU loops (bench/ompi) the fabric is compared with;
-# gcc and libc6-dev build the instruction-counting QEMU plugin (bench/qemu).
+# Open MPI, whose build of the OSU loops (bench/osu/testdata) bench/osu's output is
+# checked against; gcc and libc6-dev build the lab's QEMU plugin (lab/qemu).
 packages=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod xz-utils iproute2
 	rdma-core ibverbs-providers ibverbs-utils perftest mpich openmpi-bin libopenmpi-dev gcc libc6-dev)
 missing=()
@@ -31,14 +32,17 @@ fi
 command -v go >/dev/null || { echo "test.sh: Go 1.26 or newer is needed (go.mod says which)" >&2; exit 1; }
 
 t0=$SECONDS
-echo "== gofmt, go mod tidy, go vet"
+echo "== gofmt, go mod tidy, go vet, linters"
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
 	echo "test.sh: not gofmt-formatted:" $unformatted >&2
 	exit 1
 fi
-go mod tidy -diff || { echo "test.sh: go.mod/go.sum are not tidy (run go mod tidy)" >&2; exit 1; }
+for mod in . lab; do
+	(cd $mod && go mod tidy -diff) || { echo "test.sh: $mod/go.mod or go.sum is not tidy (run go mod tidy there)" >&2; exit 1; }
+done
 go vet ./...
+(cd lab && go vet ./...)
 # The critical-path probe build (internal/critpath) must keep compiling.
 go vet -tags rivetprobe ./internal/... ./fabric ./bench/...
 # Rivet drives Linux's uverbs: its packages build on Linux only, and say
@@ -47,6 +51,7 @@ go vet -tags rivetprobe ./internal/... ./fabric ./bench/...
 # on missing system calls.
 GOOS=darwin go vet ./...
 go test -count=1 -tags rivetprobe ./internal/critpath
+bash scripts/lint.sh
 
 echo "== host tests (-race)"
 # Includes cmd/rxevm's own tests, which boot VMs, and the PMI tests under
@@ -66,6 +71,11 @@ for target in "FuzzV1 ./internal/pmi" "FuzzV2 ./internal/pmi" "FuzzParseHostlist
 done
 tf=$SECONDS
 
+echo "== lab tooling (its own module: lab/)"
+# Measurement tools users do not need; tested so that they keep working.
+(cd lab && RIVET_REQUIRE_VM=1 RIVET_REQUIRE_TOOLS=1 go test -count=1 ./...)
+tl=$SECONDS
+
 echo "== soft-RoCE suite in the VM"
 mkdir -p bin
 CGO_ENABLED=0 go build -o bin/rxevm ./cmd/rxevm
@@ -80,11 +90,11 @@ CGO_ENABLED=0 go build -o bin/rxevm ./cmd/rxevm
 # kernel console's last lines (and boots again, once, a guest that has not
 # started the command within 3m); go test kills rxevm at 13m, its
 # -timeout plus a minute.
-vm_pkgs=$(go list $(grep -rl --include='*_test.go' 'testutil\.RXEDevices' . | xargs -n1 dirname | sort -u))
+vm_pkgs=$(go list $(grep -rl --include='*_test.go' --exclude-dir=lab 'testutil\.RXEDevices' . | xargs -n1 dirname | sort -u))
 topology=${RIVET_TOPOLOGY:-rxe2}
 RIVET_REQUIRE_RDMA=1 go test -count=1 -p 1 -v -timeout 12m -skip '^TestHost' \
 	-exec "$PWD/bin/rxevm -v -topology $topology -timeout 12m40s" $vm_pkgs 2>&1 |
 	grep -vE '^=== (RUN|PAUSE|CONT)' |
 	awk '{print} /^--- SKIP/ {skip=1} END {if (skip) {print "test.sh: a soft-RoCE test skipped inside the VM"; exit 1}}'
 t2=$SECONDS
-echo "== done: host tests $((t1 - t0))s, fuzzing $((tf - t1))s, VM suite $((t2 - tf))s"
+echo "== done: host tests $((t1 - t0))s, fuzzing $((tf - t1))s, lab $((tl - tf))s, VM suite $((t2 - tl))s"

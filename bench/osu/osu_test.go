@@ -202,7 +202,7 @@ func shape(out string) string {
 }
 
 // TestHostRunsLikeOpenMPIComparator runs each benchmark on two ranks over
-// shared memory, and the C comparator (bench/ompi) under Open MPI with the
+// shared memory, and the C comparator (bench/osu/testdata) under Open MPI with the
 // same options, and requires the same lines but for the figures.
 func TestHostRunsLikeOpenMPIComparator(t *testing.T) {
 	for _, tc := range []struct{ rivet, ompi, args string }{
@@ -217,7 +217,7 @@ func TestHostRunsLikeOpenMPIComparator(t *testing.T) {
 		mpicc := testutil.LookTool(t, "mpicc.openmpi", "libopenmpi-dev")
 		mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
 		bin := filepath.Join(t.TempDir(), "osu")
-		if out, err := exec.Command(mpicc, "-O2", "-o", bin, "../ompi/osu.c").CombinedOutput(); err != nil {
+		if out, err := exec.Command(mpicc, "-O2", "-o", bin, "testdata/osu.c").CombinedOutput(); err != nil {
 			t.Fatalf("building the comparator: %v\n%s", err, out)
 		}
 		cmd := exec.Command(mpirun, append([]string{"-n", "2", "--mca", "btl", "self,vader", bin, tc.ompi}, strings.Fields(tc.args)...)...)
@@ -273,7 +273,7 @@ func TestHostCollectivesLikeOpenMPIComparator(t *testing.T) {
 	mpicc := testutil.LookTool(t, "mpicc.openmpi", "libopenmpi-dev")
 	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
 	bin := filepath.Join(t.TempDir(), "osu")
-	if out, err := exec.Command(mpicc, "-O2", "-o", bin, "../ompi/osu.c").CombinedOutput(); err != nil {
+	if out, err := exec.Command(mpicc, "-O2", "-o", bin, "testdata/osu.c").CombinedOutput(); err != nil {
 		t.Fatalf("building the comparator: %v\n%s", err, out)
 	}
 	for _, tc := range []struct{ rivet, ompi, args string }{

@@ -199,7 +199,7 @@ func datatype(block string) string {
 }
 
 // TestHostOneSidedLikeOpenMPI runs a spread of the one-sided cases, and
-// the C comparator (bench/ompi/osu_rma.c) under Open MPI with the same
+// the C comparator (bench/osu/testdata/osu_rma.c) under Open MPI with the same
 // options, on shared memory, and requires the same lines but for the
 // figures. Open MPI runs with osc/sm (allocate) and osc/pt2pt: its
 // osc/rdma over vader crashes on an 8-byte compare-and-swap (4.1.4).
@@ -207,7 +207,7 @@ func TestHostOneSidedLikeOpenMPI(t *testing.T) {
 	mpicc := testutil.LookTool(t, "mpicc.openmpi", "libopenmpi-dev")
 	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
 	bin := filepath.Join(t.TempDir(), "osu_rma")
-	if out, err := exec.Command(mpicc, "-O2", "-o", bin, "../ompi/osu_rma.c").CombinedOutput(); err != nil {
+	if out, err := exec.Command(mpicc, "-O2", "-o", bin, "testdata/osu_rma.c").CombinedOutput(); err != nil {
 		t.Fatalf("building the comparator: %v\n%s", err, out)
 	}
 	var cases []string

@@ -410,7 +410,7 @@ func TestBenchRuntimeSettings(t *testing.T) {
 // server and client over rxe, and reads the settings the client's header
 // reports: GOMAXPROCS 1 and no asynchronous preemption by default, the
 // runtime's monitor thread under SCHED_IDLE when each side is pinned to
-// one CPU (as bench/perftest.sh runs them), and what the environment
+// one CPU (as lab/perftest.sh runs them), and what the environment
 // says when it says something.
 func TestPerfRuntimeSettings(t *testing.T) {
 	devs := testutil.RXEDevices(t)

@@ -57,7 +57,7 @@ func perfCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if os.Getenv("GOMAXPROCS") == "" {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
-	// Pinned to one CPU (as bench/perftest.sh runs it), the runtime's
+	// Pinned to one CPU (as lab/perftest.sh runs it), the runtime's
 	// monitor thread would preempt the loop every 10 ms.
 	if err := sysmon.FromEnv(); err != nil {
 		return err

@@ -3,7 +3,7 @@
 # prints the ratios. It must run where an rxe device exists — normally:
 #
 #   go build -o bin/rxevm ./cmd/rxevm && go build -o bin/rivet ./cmd/rivet
-#   bin/rxevm -topology rxe bash bench/perftest.sh
+#   bin/rxevm -topology rxe bash lab/perftest.sh
 #
 # TESTS (default: all) lists TEST:SIZE pairs, e.g.
 # TESTS="write_lat:4096 read_lat:4096"; ITERS (default 5000) sets the
@@ -23,8 +23,8 @@ cd "$(dirname "$0")/.."
 rivet=${RIVET:-bin/rivet}
 dev=${DEV:-rxe0}
 rounds=${ROUNDS:-5}
-. bench/rxe-gid.sh
-. bench/stats.sh
+. lab/rxe-gid.sh
+. lab/stats.sh
 gid=$(rxe_gid "$dev") || { echo "perftest.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
 port=18700
 srv_cpu=$(($(nproc) - 1))

@@ -7,12 +7,12 @@
 #     `rivet perf write_bw` (perftest's loops, measured in the issue-3 work
 #     at 1.0–1.1× perftest itself);
 #   - Debian's Open MPI over UCX (rc_verbs) running the same OSU loops in C
-#     (bench/ompi/osu.c), with the settings ../shared/design/peers-on-rxe.md
+#     (bench/osu/testdata/osu.c), with the settings ../shared/design/peers-on-rxe.md
 #     found to work.
 #
-#   bash bench/fabric-on-rxe.sh          # ROUNDS=5 rounds; medians
-#   LAT_ONLY=1 bash bench/fabric-on-rxe.sh   # latency alone
-#   PCT=1 LAT_ONLY=1 bash bench/fabric-on-rxe.sh
+#   bash lab/fabric-on-rxe.sh          # ROUNDS=5 rounds; medians
+#   LAT_ONLY=1 bash lab/fabric-on-rxe.sh   # latency alone
+#   PCT=1 LAT_ONLY=1 bash lab/fabric-on-rxe.sh
 #       # both osu_latency loops also time each iteration (--percentiles)
 #       # and the median and 99th percentile are reported beside the mean
 #
@@ -27,7 +27,7 @@ if [ "${1:-}" != "--in-vm" ]; then
 	CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
 	go build -o "$out/rivet" ./cmd/rivet
 	go build -o "$out/rivetrun" ./cmd/rivetrun
-	mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c
+	mpicc.openmpi -O2 -o "$out/ompi_osu" bench/osu/testdata/osu.c
 	exec "$out/rxevm" -q -topology rxe -timeout 40m env BIN="$out" ROUNDS="$rounds" LAT_ONLY="${LAT_ONLY:-}" PCT="${PCT:-}" bash "$0" --in-vm
 fi
 
@@ -56,7 +56,7 @@ ompi() {
 perf() {
 	local port=$((18800 + RANDOM % 1000))
 	# Pinned as the ranks are (mpirun --bind-to core, rivetrun -bind-to
-	# core: rank 0 on CPU 0, rank 1 on CPU 1), and as bench/perftest.sh
+	# core: rank 0 on CPU 0, rank 1 on CPU 1), and as lab/perftest.sh
 	# pins perftest. Until session 18 this loop ran unpinned, which made
 	# it slower than the ranks it was compared with.
 	# The server has a time limit too: one whose client never came would

@@ -8,7 +8,7 @@
 // the loop — so a benchmark run's median is partly a matter of which
 // spells it met.
 //
-//	go run ./bench/hostspeed -cpu 1 -mem 512MiB -d 20s
+//	go run -C lab ./hostspeed -cpu 1 -mem 512MiB -d 20s
 //
 // Each line is one window: its mean time per unit of work over the
 // fastest window's. The last line gives the share of windows at 1.5× or

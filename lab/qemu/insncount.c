@@ -1,6 +1,6 @@
 // insncount is a QEMU TCG plugin that counts the guest instructions each
 // vCPU executes, per translation block, and writes the counts out each
-// time the guest runs the marker program (bench/qemu/mark.c). Under TCG
+// time the guest runs the marker program (lab/qemu/mark.c). Under TCG
 // the host's speed drifts by up to 2x for seconds at a time; instruction
 // counts do not, so they compare two programs' work exactly.
 //

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs Rivet's osu_allreduce and osu_barrier on shared memory side by side
-# with the same loops in C over Debian's Open MPI (bench/ompi/osu.c,
+# with the same loops in C over Debian's Open MPI (bench/osu/testdata/osu.c,
 # vader/sm BTL), on 2 and 4 ranks of this node, and prints each size's
 # figures and the ratio Rivet / Open MPI (lower is better for Rivet).
 #
-#   ROUNDS=3 bash bench/coll-vs-ompi.sh
+#   ROUNDS=3 bash lab/coll-vs-ompi.sh
 #
 # Needs: openmpi-bin libopenmpi-dev (apt). Ranks are bound to cores when
 # there are no more ranks than CPUs (both launchers' default); with more,
@@ -22,7 +22,7 @@ trap 'rm -rf "$out"' EXIT
 
 go build -o "$out/rivet" ./cmd/rivet
 go build -o "$out/rivetrun" ./cmd/rivetrun
-mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c
+mpicc.openmpi -O2 -o "$out/ompi_osu" bench/osu/testdata/osu.c
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
 
 rows() { grep -E '^ *[0-9]' | awk 'NF == 1 {print 0, $1; next} {print $1, $2}'; }

@@ -8,7 +8,7 @@
 # device exists, normally:
 #
 #   go build -o bin/rxevm ./cmd/rxevm && go build -o bin/rivet ./cmd/rivet
-#   TEST=write_lat SIZE=4096 ROUNDS=6 bin/rxevm -topology rxe bash bench/perftest-iters.sh
+#   TEST=write_lat SIZE=4096 ROUNDS=6 bin/rxevm -topology rxe bash lab/perftest-iters.sh
 #
 # An iteration is "slow" when it takes 1.45× the run's fastest or more
 # (the two states' medians are 1.3–2.5× apart). Per run it prints the
@@ -19,7 +19,7 @@
 # compares the programs over the rounds: the run medians, each state's
 # median and the slow share, as per-round ratios with 95% intervals. The
 # states are the host's, not the VM's or the programs' (see
-# bench/hostspeed and docs/performance.md, session 15).
+# lab/hostspeed and docs/performance.md, session 15).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rivet=${RIVET:-bin/rivet}
@@ -28,8 +28,8 @@ test=${TEST:-write_lat}
 size=${SIZE:-4096}
 iters=${ITERS:-5000}
 rounds=${ROUNDS:-6}
-. bench/rxe-gid.sh
-. bench/stats.sh
+. lab/rxe-gid.sh
+. lab/stats.sh
 gid=$(rxe_gid "$dev") || { echo "perftest-iters.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
 port=18900
 tmp=$(mktemp -d)

@@ -2,7 +2,7 @@
  * The comparator for Rivet's one-sided numbers: the loops of OSU 7.4's
  * one-sided benchmarks — same options, defaults, counts and output as
  * Rivet's bench/osu (and OSU's own) — written against MPI and built with
- * Debian's Open MPI (mpicc.openmpi). bench/rma-vs-ompi.sh runs it beside
+ * Debian's Open MPI (mpicc.openmpi). lab/rma-vs-ompi.sh runs it beside
  * Rivet, on shared memory and on soft-RoCE.
  *
  *   osu_rma NAME [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]

@@ -2,8 +2,8 @@
  * The comparator for Rivet's shared-memory numbers: the loops of
  * osu_latency, osu_bw, osu_allreduce and osu_barrier — same counts and
  * output format as Rivet's bench/osu — written against MPI and built with
- * Debian's Open MPI (mpicc.openmpi). bench/shm-vs-ompi.sh and
- * bench/coll-vs-ompi.sh run it beside Rivet.
+ * Debian's Open MPI (mpicc.openmpi). lab/shm-vs-ompi.sh and
+ * lab/coll-vs-ompi.sh run it beside Rivet.
  *
  *   osu latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
  *       [--percentiles]

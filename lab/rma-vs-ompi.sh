@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Runs Rivet's OSU one-sided benchmarks side by side with their references,
 # in the same run, and prints for each measure the medians and the median
-# of the per-round ratios with its 95% interval (bench/stats.sh):
+# of the per-round ratios with its 95% interval (lab/stats.sh):
 #
-#   bash bench/rma-vs-ompi.sh shm   # host, 2 ranks on shared memory:
+#   bash lab/rma-vs-ompi.sh shm   # host, 2 ranks on shared memory:
 #                                   # Rivet vs Open MPI's osc/sm
-#   bash bench/rma-vs-ompi.sh rxe   # soft-RoCE VM, 2 ranks over verbs:
+#   bash lab/rma-vs-ompi.sh rxe   # soft-RoCE VM, 2 ranks over verbs:
 #                                   # Rivet vs perftest (ib_read_lat,
 #                                   # ib_atomic_lat) and Open MPI's osc/ucx
-#   ROUNDS=9 ITERS=5000 bash bench/rma-vs-ompi.sh rxe
+#   ROUNDS=9 ITERS=5000 bash lab/rma-vs-ompi.sh rxe
 #
-# Open MPI runs the same loops in C (bench/ompi/osu_rma.c, built with
+# Open MPI runs the same loops in C (bench/osu/testdata/osu_rma.c, built with
 # mpicc.openmpi). Every program is pinned as mpirun pins: rank r (or the
 # perftest side r) on CPU r. Within a round the programs run back to back
 # in a rotating order, so a slow spell of the machine weighs on both sides
@@ -30,7 +30,7 @@ if [ "${2:-}" != --in-vm ]; then
 	trap 'rm -rf "$out"' EXIT
 	go build -o "$out/rivet" ./cmd/rivet
 	go build -o "$out/rivetrun" ./cmd/rivetrun
-	mpicc.openmpi -O2 -o "$out/osu_rma" bench/ompi/osu_rma.c
+	mpicc.openmpi -O2 -o "$out/osu_rma" bench/osu/testdata/osu_rma.c
 	if [ "$mode" = rxe ]; then
 		CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
 		"$out/rxevm" -q -topology rxe -timeout 80m env BIN="$out" ROUNDS="$rounds" ITERS="${ITERS:-}" bash "$0" rxe --in-vm
@@ -38,7 +38,7 @@ if [ "${2:-}" != --in-vm ]; then
 	fi
 	export BIN=$out
 fi
-. bench/stats.sh
+. lab/stats.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 w=$(mktemp -d)
 
@@ -97,7 +97,7 @@ fi
 hostname rivet-vm # mpirun refuses to start while the hostname is "(none)"
 mountpoint -q /dev/shm || mount -t tmpfs tmpfs /dev/shm
 dev=rxe0
-. bench/rxe-gid.sh
+. lab/rxe-gid.sh
 gid=$(rxe_gid $dev)
 iters=${ITERS:-2000}
 it=(-i "$iters" -x $((iters / 10)))

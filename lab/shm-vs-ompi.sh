@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs Rivet's osu_latency and osu_bw on shared memory side by side with
-# the same loops in C over Debian's Open MPI (bench/ompi/osu.c, built
+# the same loops in C over Debian's Open MPI (bench/osu/testdata/osu.c, built
 # with mpicc.openmpi, run with the vader/sm BTL), two ranks on this node,
 # and prints each size's figures and the ratio Rivet / Open MPI.
 #
-#   bash bench/shm-vs-ompi.sh            # ROUNDS=5 rounds, alternating who goes first
+#   bash lab/shm-vs-ompi.sh            # ROUNDS=5 rounds, alternating who goes first
 #
 # Needs: openmpi-bin libopenmpi-dev (apt). The figure kept per size is the
 # median over rounds. Latency: lower is better; bandwidth: higher is better.
@@ -17,7 +17,7 @@ trap 'rm -rf "$out"' EXIT
 
 go build -o "$out/rivet" ./cmd/rivet
 go build -o "$out/rivetrun" ./cmd/rivetrun
-mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c
+mpicc.openmpi -O2 -o "$out/ompi_osu" bench/osu/testdata/osu.c
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
 
 # Both bind rank r to core r, as mpirun does by default for two ranks.

@@ -5,8 +5,8 @@
 # the run. Run it where an rxe device exists:
 #
 #   go build -o bin/rxevm ./cmd/rxevm && go build -o bin/rivet ./cmd/rivet &&
-#   go build -o bin/rivetrun ./cmd/rivetrun && mpicc.openmpi -O2 -o bin/ompi_osu bench/ompi/osu.c &&
-#   bin/rxevm -q -topology rxe -timeout 10m bash bench/rank-threads.sh
+#   go build -o bin/rivetrun ./cmd/rivetrun && mpicc.openmpi -O2 -o bin/ompi_osu bench/osu/testdata/osu.c &&
+#   bin/rxevm -q -topology rxe -timeout 10m bash lab/rank-threads.sh
 #
 # A polling thread shows involuntary switches (it was preempted); a helper
 # thread that wakes on a timer shows voluntary ones. Threads that did

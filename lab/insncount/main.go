@@ -1,5 +1,5 @@
 // Command insncount turns the counts the insncount QEMU plugin
-// (bench/qemu/insncount.c) wrote during bench/insncount.sh into guest
+// (lab/qemu/insncount.c) wrote during lab/insncount.sh into guest
 // instructions per benchmark iteration, for each vCPU, split into the
 // kernel's, the program's own work and its polling.
 //
@@ -31,7 +31,7 @@
 // transitions TCG could not chain, so that it called into QEMU to find
 // the next block: every return, every indirect branch, every jump or call
 // to another page) and the atomic read-modify-writes, each a call into
-// QEMU too. bench/qemu/tcgcost.c times each of these in the guest; with
+// QEMU too. lab/qemu/tcgcost.c times each of these in the guest; with
 // its figures the counts become an estimate of time that the host's
 // speed does not move (docs/performance.md).
 package main
@@ -72,7 +72,7 @@ type blockKey struct {
 }
 
 // exitKinds are the plugin's exit codes (exit_kind in
-// bench/qemu/insncount.c): a return, an indirect branch, a system
+// lab/qemu/insncount.c): a return, an indirect branch, a system
 // instruction, a direct call, jump or conditional branch, or none; upper
 // case where a target is on another page.
 const exitKinds = "rischCjJbBoO"

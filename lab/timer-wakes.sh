@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # What 100 timer wakes a second per CPU cost a ping-pong that has none of
 # its own: Open MPI + UCX's osu_latency 8 B over rxe, alone and beside one
-# bench/qemu/sleeper per vCPU (the wake rate of the Go runtime's monitor
+# lab/qemu/sleeper per vCPU (the wake rate of the Go runtime's monitor
 # thread in each rank), with Rivet's osu_latency in the same rounds for
 # comparison. All three time every iteration (--percentiles). Per-round
 # ratios of the mean, the median iteration and the 90th and 99th
 # percentiles, median over the rounds, in one VM run.
 #
-#   ROUNDS=10 bash bench/timer-wakes.sh      # about 5 minutes
+#   ROUNDS=10 bash lab/timer-wakes.sh      # about 5 minutes
 #
 # On the host it builds everything and re-runs itself inside rxevm.
 set -euo pipefail
@@ -20,12 +20,12 @@ if [ "${1:-}" != "--in-vm" ]; then
 	CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
 	go build -o "$out/rivet" ./cmd/rivet
 	go build -o "$out/rivetrun" ./cmd/rivetrun
-	mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c
-	gcc -O2 -Wall -static -o "$out/sleeper" bench/qemu/sleeper.c
+	mpicc.openmpi -O2 -o "$out/ompi_osu" bench/osu/testdata/osu.c
+	gcc -O2 -Wall -static -o "$out/sleeper" lab/qemu/sleeper.c
 	exec "$out/rxevm" -q -topology rxe -timeout 40m env BIN="$out" ROUNDS="$rounds" bash "$0" --in-vm
 fi
 
-. bench/stats.sh
+. lab/stats.sh
 hostname rivet-vm # mpirun refuses to start while the hostname is "(none)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 dev=rxe0

@@ -62,7 +62,7 @@ func TestPluginInVM(t *testing.T) {
 		}
 	}
 	rxevm := filepath.Join(dir, "rxevm")
-	build := exec.Command("go", "build", "-o", rxevm, "../../cmd/rxevm")
+	build := exec.Command("go", "build", "-C", "../..", "-o", rxevm, "./cmd/rxevm")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building rxevm: %v\n%s", err, out)
@@ -123,7 +123,7 @@ func TestPluginInVM(t *testing.T) {
 	}
 }
 
-// TestTCGCostRuns builds bench/qemu/tcgcost.c and runs it on the host
+// TestTCGCostRuns builds lab/qemu/tcgcost.c and runs it on the host
 // (its figures mean something only in the guest): it must report all six
 // units with a number each.
 func TestTCGCostRuns(t *testing.T) {
@@ -144,11 +144,11 @@ func TestTCGCostRuns(t *testing.T) {
 	}
 }
 
-// TestSleeperBuilds compiles bench/qemu/sleeper.c, which
-// bench/timer-wakes.sh runs in the guest.
+// TestSleeperBuilds compiles lab/qemu/sleeper.c, which
+// lab/timer-wakes.sh runs in the guest.
 func TestSleeperBuilds(t *testing.T) { buildStatic(t, "sleeper") }
 
-// buildStatic compiles bench/qemu/name.c into a static program, warnings
+// buildStatic compiles lab/qemu/name.c into a static program, warnings
 // as errors, and returns its path.
 func buildStatic(t *testing.T, name string) string {
 	t.Helper()

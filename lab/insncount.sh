@@ -3,22 +3,22 @@
 # iteration of Rivet's latency loops and of the references they are
 # compared with — perftest on the same rxe
 # device, and Open MPI + UCX for osu_latency — in one rxevm VM run with
-# the insncount QEMU plugin (bench/qemu/insncount.c). Unlike times, the
+# the insncount QEMU plugin (lab/qemu/insncount.c). Unlike times, the
 # counts do not move with the host's speed spells, so they show exactly
 # how much work each program does per iteration, in the kernel and in its
-# own code (see bench/insncount/main.go for how work and polling are told
+# own code (see lab/insncount/main.go for how work and polling are told
 # apart).
 #
-#   bash bench/insncount.sh                  # all tests
-#   TESTS="write_lat:4096 osu_latency" bash bench/insncount.sh
-#   TESTS="read_lat:8 osu_get_latency atomic_lat:8 osu_fop_latency" bash bench/insncount.sh
+#   bash lab/insncount.sh                  # all tests
+#   TESTS="write_lat:4096 osu_latency" bash lab/insncount.sh
+#   TESTS="read_lat:8 osu_get_latency atomic_lat:8 osu_fop_latency" bash lab/insncount.sh
 #       # the one-sided tests (8 bytes; fop and cas with -T mpi_long) run
 #       # Rivet alone: compare them with perftest's read_lat and atomic_lat
 #
 # Each test runs each program twice, with N1 and N2 iterations (default
 # 1000 and 4000), after an unmarked warm-up run; the difference of the two
 # runs, over N2 - N1, is the count per iteration. Server on vCPU 1, client
-# on vCPU 0, as in bench/perftest.sh.
+# on vCPU 0, as in lab/perftest.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all="write_lat:8 write_lat:4096 read_lat:8 read_lat:4096 atomic_lat:8 send_lat:8 osu_latency"
@@ -28,13 +28,13 @@ n1=${N1:-1000} n2=${N2:-4000}
 if [ "${1:-}" != --in-vm ]; then
 	out=$(mktemp -d /tmp/insncount.XXXXXX)
 	[ -n "${KEEP:-}" ] || trap 'rm -rf "$out"' EXIT
-	gcc -O2 -Wall -shared -fPIC -fvisibility=hidden -o "$out/insncount.so" bench/qemu/insncount.c
-	gcc -O2 -static -nostdlib -fno-pie -no-pie -Wl,--section-start=.text=0x13370000 -o "$out/mark" bench/qemu/mark.c
+	gcc -O2 -Wall -shared -fPIC -fvisibility=hidden -o "$out/insncount.so" lab/qemu/insncount.c
+	gcc -O2 -static -nostdlib -fno-pie -no-pie -Wl,--section-start=.text=0x13370000 -o "$out/mark" lab/qemu/mark.c
 	CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
 	go build -o "$out/rivet" ./cmd/rivet
 	go build -o "$out/rivetrun" ./cmd/rivetrun
-	go build -o "$out/insncount" ./bench/insncount
-	case " $tests " in *" osu_latency "*) mpicc.openmpi -O2 -o "$out/ompi_osu" bench/ompi/osu.c ;; esac
+	go build -C lab -o "$out/insncount" ./insncount
+	case " $tests " in *" osu_latency "*) mpicc.openmpi -O2 -o "$out/ompi_osu" bench/osu/testdata/osu.c ;; esac
 	cat >"$out/qemu" <<-EOF
 		#!/bin/sh
 		exec qemu-system-x86_64 "\$@" -plugin $out/insncount.so,out=$out/counts
@@ -49,7 +49,7 @@ if [ "${1:-}" != --in-vm ]; then
 	exit
 fi
 
-. bench/rxe-gid.sh
+. lab/rxe-gid.sh
 dev=rxe0
 gid=$(rxe_gid $dev) || { echo "insncount.sh: no IPv4 RoCE v2 GID on $dev" >&2; exit 1; }
 hostname rivet-vm # mpirun refuses to start while the hostname is "(none)"
