@@ -73,4 +73,4 @@ func progAllocs(ctx context.Context, ep *fabric.Endpoint) error {
 	return nil
 }
 
-func TestCollectiveAllocations(t *testing.T) { t.Log(runOK(t, 2, "allocs", "RIVET_CPU=")) }
+func TestCollectiveAllocations(t *testing.T) { t.Log(runOK(t, 2, "allocs")) }

@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rivet-hpc/rivet/fabric/bootstrap"
-	"github.com/rivet-hpc/rivet/internal/sysmon"
 )
 
 var randRead = rand.Read
@@ -74,11 +73,8 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 	if err != nil {
 		return nil, err
 	}
-	if err := bindFromEnv(); err != nil {
+	if err := o.tuneMonitor(); err != nil {
 		return nil, err
-	}
-	if err := sysmon.FromEnv(); err != nil {
-		return nil, fmt.Errorf("fabric: %w", err)
 	}
 	ep := &Endpoint{boot: b, rank: b.Rank(), size: b.Size(), opts: o}
 	ep.e = newEngine(ep.rank, ep.size)
@@ -90,7 +86,7 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 		ep.closeProviders()
 		return nil, err
 	}
-	if os.Getenv("RIVET_VERBOSE") == "1" {
+	if o.verbose {
 		ep.logRoutes(os.Stderr)
 	}
 	ep.world = newComm(ep, 0, allRanks(ep.size))
@@ -99,13 +95,11 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 		ep.closeProviders()
 		return nil, err
 	}
-	if v := os.Getenv("RIVET_FT_FD"); v != "" {
-		if fd, err := strconv.Atoi(v); err == nil && fd > 2 {
-			unix.CloseOnExec(fd)
-			unix.SetNonblock(fd, true)
-			ep.ftFile = os.NewFile(uintptr(fd), "rivet-ft")
-			go watchLauncher(ep.e, ep.ftFile)
-		}
+	if fd := o.ftFD; fd != 0 {
+		unix.CloseOnExec(fd)
+		unix.SetNonblock(fd, true)
+		ep.ftFile = os.NewFile(uintptr(fd), "rivet-ft")
+		go watchLauncher(ep.e, ep.ftFile)
 	}
 	return ep, nil
 }
@@ -227,7 +221,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			// spin looking for work, taking the CPU from the very rank
 			// this one waits for (4 ranks on 2 CPUs: barrier 44 → 11 µs).
 			ep.e.spin = 16
-			if os.Getenv("GOMAXPROCS") == "" {
+			if ep.opts.tune && os.Getenv("GOMAXPROCS") == "" {
 				runtime.GOMAXPROCS(1)
 			}
 		}

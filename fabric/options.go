@@ -14,6 +14,20 @@ import (
 )
 
 // An Option changes how Init connects this process to its peers.
+//
+// Every environment variable the fabric reads is an Option's too, read in
+// one place (buildOptions) before the Options given to Init, which win:
+//
+//	RIVET_PROVIDER          WithProvider
+//	RIVET_VERBS_DEVICE      WithDevice
+//	RIVET_VERBS_TIMEOUT     WithVerbsTimeout (as the exponent t)
+//	RIVET_VERBS_RETRY       WithVerbsTimeout's retries
+//	RIVET_TUNE_PROCESS=1    WithProcessTuning(true)
+//	RIVET_SYSMON            what process tuning does with the runtime's monitor
+//	RIVET_SHM_PIPELINE_MAX  the shared-memory pipeline (docs/fabric.md)
+//	RIVET_VERBOSE=1         Init logs how it reaches each peer
+//	RIVET_NODE              the node this process says it is on (tests)
+//	RIVET_FT_FD             rivetrun -ft's failure notices (set by rivetrun)
 type Option func(*options)
 
 type options struct {
@@ -21,6 +35,10 @@ type options struct {
 	device   string // verbs device, or a comma-separated list picked by node-local index
 	node     string // overrides the node key
 	shmPipe  int    // largest rendezvous message moved by pipeline on shared memory
+	tune     bool   // WithProcessTuning
+	sysmon   string // with tune: "auto", "idle" or "normal"
+	verbose  bool   // log routes at Init
+	ftFD     int    // the launcher's failure notices, 0 if none
 	// The verbs queue pairs' transport timeout (exponent) and retry count;
 	// 0 means the fabric's default (vTimeout, verbs.DefaultRetryCount).
 	qpTimeout uint8
@@ -74,6 +92,25 @@ func WithProvider(name string) Option { return func(o *options) { o.provider = n
 // RIVET_VERBS_DEVICE environment variable sets the same.
 func WithDevice(name string) Option { return func(o *options) { o.device = name } }
 
+// WithProcessTuning lets Init tune the whole process for a rank that
+// busy-polls, as rivetrun and rivet bench ask. Without it Init changes
+// nothing outside the endpoint. With it:
+//
+//   - On a process that may run on one CPU only (pinned by rivetrun,
+//     mpirun --bind-to core or taskset), the Go runtime's monitor thread
+//     moves to the SCHED_IDLE policy, so that its wake-ups every 10 ms
+//     while a goroutine runs stop preempting the rank's polling thread
+//     (docs/fabric.md). RIVET_SYSMON=idle moves it on any process (and
+//     fails Init if it cannot); RIVET_SYSMON=normal leaves it alone.
+//   - When this node runs more ranks than it has CPUs, GOMAXPROCS becomes
+//     1 (unless the environment sets GOMAXPROCS): the runtime's idle
+//     threads otherwise spin looking for work and keep the rank that
+//     others wait for off the CPU.
+//
+// RIVET_TUNE_PROCESS=1 in the environment turns it on; rivetrun sets it
+// for every rank unless the environment already says.
+func WithProcessTuning(on bool) Option { return func(o *options) { o.tune = on } }
+
 func buildOptions(opts []Option) (options, error) {
 	o := options{
 		provider: os.Getenv("RIVET_PROVIDER"),
@@ -83,6 +120,23 @@ func buildOptions(opts []Option) (options, error) {
 		// test multi-node jobs on one machine.
 		node:    os.Getenv("RIVET_NODE"),
 		shmPipe: shmPipeMax,
+		tune:    os.Getenv("RIVET_TUNE_PROCESS") == "1",
+		sysmon:  os.Getenv("RIVET_SYSMON"),
+		verbose: os.Getenv("RIVET_VERBOSE") == "1",
+	}
+	switch o.sysmon {
+	case "":
+		o.sysmon = "auto"
+	case "auto", "idle", "normal":
+	default:
+		return o, fmt.Errorf("%w: RIVET_SYSMON=%q (want idle, normal or auto)", ErrInvalid, o.sysmon)
+	}
+	// The launcher's failure notices (rivetrun -ft): a descriptor it
+	// handed down, above the standard three.
+	if v := os.Getenv("RIVET_FT_FD"); v != "" {
+		if fd, err := strconv.Atoi(v); err == nil && fd > 2 {
+			o.ftFD = fd
+		}
 	}
 	// RIVET_SHM_PIPELINE_MAX sets the largest rendezvous message that
 	// shared memory moves by pipeline through its rings (bytes; 0, the

@@ -89,7 +89,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "rivet bench:", err)
 		return errUsage
 	}
-	ep, err := fabric.Init(ctx)
+	ep, err := fabric.Init(ctx, fabric.WithProcessTuning(true))
 	if err != nil {
 		return err
 	}

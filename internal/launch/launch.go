@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,14 +37,19 @@ const (
 	FTEnv = "RIVET_FT_FD"
 )
 
+// TuneEnv turns on the fabric's process tuning in each rank (fabric's
+// WithProcessTuning); Run sets it to 1 unless the environment has it.
+const TuneEnv = "RIVET_TUNE_PROCESS"
+
 // Options describe a job.
 type Options struct {
 	N     int           // number of processes
 	Tag   bool          // prefix every output line with "[rank] "
 	Grace time.Duration // after a failure, time given to SIGTERM before SIGKILL
 	FT    bool          // keep running when a rank dies and tell the others
-	// Bind pins rank r to CPU r mod NumCPU (through RIVET_CPU, which the
-	// fabric applies at Init), as mpirun's --bind-to core does.
+	// Bind pins rank r to CPU r mod NumCPU from its first instruction,
+	// as mpirun's --bind-to core does: the Go runtime then starts with
+	// GOMAXPROCS 1 and every thread it makes stays on that CPU.
 	Bind   bool
 	Env    []string // added to os.Environ() for every process
 	Stdout io.Writer
@@ -144,8 +150,10 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 		cmd.Env = append(cmd.Env, "PMI_FD=3", "PMI_RANK="+strconv.Itoa(r),
 			"PMI_SIZE="+strconv.Itoa(j.N), "PMI_JOBID="+jobid)
 		var ftChild *os.File
-		if j.Bind {
-			cmd.Env = append(cmd.Env, "RIVET_CPU="+strconv.Itoa(r%runtime.NumCPU()))
+		// Ranks tune their process for busy polling (fabric's
+		// WithProcessTuning) unless the environment says otherwise.
+		if !slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, TuneEnv+"=") }) {
+			cmd.Env = append(cmd.Env, TuneEnv+"=1")
 		}
 		if j.FT {
 			pr, pw, err := os.Pipe()
@@ -167,7 +175,11 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 		var outDone, errDone func()
 		cmd.Stdout, outDone = j.output(r, j.Stdout)
 		cmd.Stderr, errDone = j.output(r, j.Stderr)
-		err = cmd.Start()
+		if j.Bind {
+			err = startOn(cmd, r%runtime.NumCPU())
+		} else {
+			err = cmd.Start()
+		}
 		theirs.Close()
 		if ftChild != nil {
 			ftChild.Close()

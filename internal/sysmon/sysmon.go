@@ -55,17 +55,26 @@ var demoted atomic.Int64
 // than asleep yields the CPU to it and looks again.
 const scans = 64
 
-// FromEnv applies EnvVar's choice. In "auto" mode a monitor that cannot
-// be found or lowered is left as it is, and FromEnv returns nil: the
-// setting only makes things faster. Asked for by name, it must succeed.
+// FromEnv applies EnvVar's choice (see Apply).
 func FromEnv() error {
-	v := os.Getenv(EnvVar)
-	switch v {
+	if err := Apply(os.Getenv(EnvVar)); err != nil {
+		return fmt.Errorf("%s: %w", EnvVar, err)
+	}
+	return nil
+}
+
+// Apply lowers the monitor as mode says: "idle" always, "auto" (or "")
+// when the process may run on one CPU only, "normal" never. In "auto" a
+// monitor that cannot be found or lowered is left as it is, and Apply
+// returns nil: the setting only makes things faster. Asked for by name,
+// it must succeed.
+func Apply(mode string) error {
+	switch mode {
 	case "normal":
 		return nil
 	case "idle":
 		if _, err := Demote(); err != nil {
-			return fmt.Errorf("%s=idle: %w", EnvVar, err)
+			return fmt.Errorf("sysmon: idle: %w", err)
 		}
 		return nil
 	case "", "auto":
@@ -75,7 +84,7 @@ func FromEnv() error {
 		Demote()
 		return nil
 	}
-	return fmt.Errorf("sysmon: %s=%q: want idle, normal or auto", EnvVar, v)
+	return fmt.Errorf("sysmon: %q: want idle, normal or auto", mode)
 }
 
 // oneCPU reports whether the calling thread may run on one CPU only, as

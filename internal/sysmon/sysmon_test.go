@@ -163,7 +163,7 @@ func TestFromEnv(t *testing.T) {
 		{[]string{EnvVar + "=auto", "SYSMON_TEST_PIN=1"}, "sysmon idle, err <nil>"},
 		{[]string{EnvVar + "=normal", "SYSMON_TEST_PIN=1"}, "sysmon normal, err <nil>"},
 		{[]string{EnvVar + "=idle"}, "sysmon idle, err <nil>"},
-		{[]string{EnvVar + "=low"}, `sysmon normal, err sysmon: RIVET_SYSMON="low": want idle, normal or auto`},
+		{[]string{EnvVar + "=low"}, `sysmon normal, err RIVET_SYSMON: sysmon: "low": want idle, normal or auto`},
 	} {
 		out, err := runChild(t, "env", c.env...)
 		if err != nil || !strings.Contains(out, c.want+"\n") {

@@ -1,0 +1,134 @@
+//go:build linux
+
+package fabric
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/internal/sysmon"
+)
+
+func init() {
+	progs["bind"] = progBind
+	preInit["bind"] = pinForTest
+}
+
+// pinForTest confines every thread of the process to the CPU
+// TUNE_TEST_CPU names, as a launcher's binding would have from the start.
+func pinForTest() {
+	v := os.Getenv("TUNE_TEST_CPU")
+	if v == "" {
+		return
+	}
+	cpu, _ := strconv.Atoi(v)
+	var set unix.CPUSet
+	set.Set(cpu)
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			unix.SchedSetaffinity(tid, &set)
+		}
+	}
+}
+
+// progBind reports what Init did to the process: the CPUs its threads
+// may run on, and the runtime monitor's policy with the number of
+// threads under SCHED_IDLE.
+func progBind(ctx context.Context, ep *Endpoint) error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	cpus := map[string]bool{}
+	idle := 0 // threads under SCHED_IDLE
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy == unix.SCHED_IDLE {
+			idle++
+		}
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(tid, &set); err != nil {
+			continue // the thread has gone
+		}
+		var on []string
+		for c := 0; c < len(set)*64; c++ {
+			if set.IsSet(c) {
+				on = append(on, strconv.Itoa(c))
+			}
+		}
+		cpus[strings.Join(on, ",")] = true
+	}
+	var masks []string
+	for m := range cpus {
+		masks = append(masks, m)
+	}
+	fmt.Printf("rank %d: cpus %v, sysmon %s (%d idle), gomaxprocs %d\n", ep.World().Rank(), masks, sysmon.State(), idle, runtime.GOMAXPROCS(0))
+	return nil
+}
+
+// allCPUs lists this machine's CPUs as progBind prints an unpinned mask.
+func allCPUs() string {
+	cpus := make([]string, runtime.NumCPU())
+	for c := range cpus {
+		cpus[c] = strconv.Itoa(c)
+	}
+	return strings.Join(cpus, ",")
+}
+
+// TestProcessTuning: on a pinned rank, process tuning (which the
+// launcher turns on) moves the runtime's monitor thread, and it alone,
+// to SCHED_IDLE, and leaves the CPU mask as it was; without tuning, or
+// with RIVET_SYSMON=normal, Init leaves the monitor alone; a RIVET_SYSMON
+// that is not a choice fails Init.
+func TestProcessTuning(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs to tell a pinned rank from an unpinned one")
+	}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"TUNE_TEST_CPU=1"}, "cpus [1], sysmon idle (1 idle)"},
+		{[]string{"TUNE_TEST_CPU=1", "RIVET_TUNE_PROCESS=0"}, "cpus [1], sysmon normal (0 idle)"},
+		{[]string{"TUNE_TEST_CPU=0", "RIVET_SYSMON=normal"}, "cpus [0], sysmon normal (0 idle)"},
+		{[]string{"RIVET_SYSMON=idle"}, "cpus [" + allCPUs() + "], sysmon idle (1 idle)"},
+	} {
+		out := runOK(t, 2, "bind", tc.env...)
+		for r := 0; r < 2; r++ {
+			if want := fmt.Sprintf("rank %d: %s, gomaxprocs ", r, tc.want); !strings.Contains(out, want) {
+				t.Errorf("%v: want %q in\n%s", tc.env, want, out)
+			}
+		}
+	}
+	// More ranks than CPUs: tuning brings each rank's Go code down to one
+	// thread, unless the environment sets GOMAXPROCS.
+	n := runtime.NumCPU() + 1
+	for _, tc := range []struct {
+		env  []string
+		want int
+	}{
+		{nil, 1},
+		{[]string{"RIVET_TUNE_PROCESS=0"}, runtime.NumCPU()},
+		{[]string{"GOMAXPROCS=2"}, 2},
+	} {
+		out := runOK(t, n, "bind", append([]string{"GOMAXPROCS="}, tc.env...)...)
+		if want := fmt.Sprintf("gomaxprocs %d\n", tc.want); strings.Count(out, want) != n {
+			t.Errorf("%d ranks, %v: want %q from every rank in\n%s", n, tc.env, want, out)
+		}
+	}
+	_, errs, st := runJob(t, 1, "bind", false, "RIVET_SYSMON=low")
+	if st == 0 || !strings.Contains(errs, `RIVET_SYSMON="low" (want idle, normal or auto)`) {
+		t.Errorf("RIVET_SYSMON=low: status %d, stderr:\n%s", st, errs)
+	}
+}
