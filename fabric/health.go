@@ -51,7 +51,7 @@ func newHealth(local []int, pids []int, me int) *health {
 // runtime's monitor thread may take the P from a goroutine that has run
 // for 10 ms — as a waiting rank's has — and hand it off; that cost two
 // thread switches and put the monitor back to waking every 20 µs
-// (docs/performance.md, session 16).
+// (measured under emulation).
 func pollNow(fds []unix.PollFd) (int, error) {
 	var zero unix.Timespec
 	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),

@@ -9,7 +9,7 @@
 // one CPU each wake-up preempts the rank's busy-polling thread on the
 // spot. Under emulation such a wake costs 150–220 µs of the poll
 // thread's time, about 2% of each rank's CPU, and a ping-pong has both
-// ranks on its critical path (docs/performance.md, sessions 21–22).
+// ranks on its critical path (docs/fabric.md, process tuning).
 //
 // Under SCHED_IDLE a waking thread never preempts a normal one: the
 // monitor runs when the CPU would otherwise be idle — whenever the rank
