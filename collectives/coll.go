@@ -29,6 +29,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/elem"
+	"github.com/rivet-hpc/rivet/internal/nodecoll"
 	"github.com/rivet-hpc/rivet/internal/reduce"
 	"github.com/rivet-hpc/rivet/op"
 )
@@ -83,7 +84,7 @@ func countErr(format string, args ...any) error {
 // Barrier blocks until every process of c has entered it (MPI_Barrier).
 func Barrier(ctx context.Context, c *fabric.Comm) error {
 	if c != nil && choose("barrier", 0, c.Size(), true) == SharedFlags {
-		if ok, err := c.NodeSync(ctx); ok {
+		if ok, err := nodecoll.Sync(ctx, c); ok {
 			return err
 		}
 	}
@@ -102,7 +103,7 @@ func Ibarrier(c *fabric.Comm) (fabric.Request, error) {
 	case Tree:
 		barrierTree(s, me, n)
 	case SharedFlags:
-		if !s.NodeBarrier() {
+		if !nodecoll.Barrier(s) {
 			barrierDissemination(s, me, n)
 		}
 	case Dissemination:
@@ -231,11 +232,11 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op
 		case SharedSlots:
 			acc := bytesOf(recv)
 			copy(acc, sb) // in place: sb is nil
-			if ok, err := c.NodeAllreduce(ctx, acc, ro.Fn); ok {
+			if ok, err := nodecoll.Allreduce(ctx, c, acc, ro.Fn); ok {
 				return fabric.Request{}, err
 			}
 		case SharedChunks:
-			if ok, err := c.NodeAllreduceChunks(ctx, sb, bytesOf(recv), size[T](), ro.Fn); ok {
+			if ok, err := nodecoll.AllreduceChunks(ctx, c, sb, bytesOf(recv), size[T](), ro.Fn); ok {
 				return fabric.Request{}, err
 			}
 		}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/nodecoll"
 )
 
 // Algorithm names a collective algorithm.
@@ -167,7 +167,7 @@ func choose(coll string, bytes, n int, commutative bool) Algorithm {
 		}
 		if a == Auto {
 			switch {
-			case bytes <= fabric.NodeAllreduceMax && (bytes <= 1<<10 || bytes*n <= 16<<10):
+			case bytes <= nodecoll.AllreduceMax && (bytes <= 1<<10 || bytes*n <= 16<<10):
 				// Every process reads every slot, so above 1 KiB only
 				// while the whole is small: up to 4 KiB on 4 ranks.
 				a = SharedSlots

@@ -31,22 +31,22 @@ import (
 // docs/performance.md.
 const nodeChunk = 256 << 10 // bytes per buffer
 
-// NodeAllreduceChunks is a blocking allreduce through the shared memory
+// nodeAllreduceChunks is a blocking allreduce through the shared memory
 // segments' staging areas, for vectors of any length. It reports false,
 // doing nothing, unless c is the world communicator, every process is on
 // this node, fn is set and an element fits in a chunk. Otherwise it
 // combines every process's send (or acc, when send is nil) into every
-// acc, as NodeAllreduce does: fn is used as Reduce's, fn(in, inout) with
+// acc, as nodeAllreduce does: fn is used as Reduce's, fn(in, inout) with
 // in holding the lower ranks' operand, folds go in rank order so fn need
 // not be commutative, and every process gets the same bits. elem is the
 // size of an element: fn is only ever given whole elements, at offsets
 // that are multiples of elem.
 //
-// Like NodeAllreduce, every member must call it at the same points, and
+// Like nodeAllreduce, every member must call it at the same points, and
 // nonblocking allreduces must not use it. A member that contributes a
 // vector of another length makes it fail with ErrMismatch at every
 // process.
-func (c *Comm) NodeAllreduceChunks(ctx context.Context, send, acc []byte, elem int, fn func(in, inout []byte)) (bool, error) {
+func (c *Comm) nodeAllreduceChunks(ctx context.Context, send, acc []byte, elem int, fn func(in, inout []byte)) (bool, error) {
 	if c == nil || !c.onNode() || fn == nil || elem > nodeChunk {
 		return false, nil
 	}

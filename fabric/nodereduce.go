@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/rivet-hpc/rivet/internal/nodecoll"
 )
 
 // Node collectives: a barrier and small allreduces meet in shared memory.
@@ -18,19 +20,27 @@ import (
 const (
 	segSlots    = 1024 // the two slots
 	slotData    = 16   // a slot's vector, after its sequence and length words
-	segSlotSize = (slotData + NodeAllreduceMax + 63) &^ 63
-
-	// NodeAllreduceMax is the longest vector (in bytes) that
-	// Comm.NodeAllreduce carries.
-	NodeAllreduceMax = 4096
+	segSlotSize = (slotData + nodecoll.AllreduceMax + 63) &^ 63
 )
+
+// The collectives reach the node-level operations through nodecoll.
+func init() {
+	nodecoll.Sync = func(ctx context.Context, c any) (bool, error) { return c.(*Comm).nodeSync(ctx) }
+	nodecoll.Barrier = func(s any) bool { return s.(*Schedule).nodeBarrier() }
+	nodecoll.Allreduce = func(ctx context.Context, c any, acc []byte, fn func(in, inout []byte)) (bool, error) {
+		return c.(*Comm).nodeAllreduce(ctx, acc, fn)
+	}
+	nodecoll.AllreduceChunks = func(ctx context.Context, c any, send, acc []byte, elem int, fn func(in, inout []byte)) (bool, error) {
+		return c.(*Comm).nodeAllreduceChunks(ctx, send, acc, elem, fn)
+	}
+}
 
 // The slots fit in the segment's header.
 var _ [shmHeader - segSlots - 2*segSlotSize]struct{}
 
-// NodeAllreduce is a blocking allreduce through shared memory. It reports
+// nodeAllreduce is a blocking allreduce through shared memory. It reports
 // false, doing nothing, unless c is the world communicator, every process
-// is on this node, and acc is at most NodeAllreduceMax bytes. Otherwise
+// is on this node, and acc is at most nodecoll.AllreduceMax bytes. Otherwise
 // each process puts acc in a slot of its own segment and publishes it,
 // and once every peer has, each folds all the slots in rank order into
 // acc, reading its peers' straight from their segments. Every process
@@ -47,8 +57,8 @@ var _ [shmHeader - segSlots - 2*segSlotSize]struct{}
 // allreduces must not use it. Every member must call it at the same
 // points, like any collective; a member that contributes a vector of
 // another length makes it fail with ErrMismatch at every process.
-func (c *Comm) NodeAllreduce(ctx context.Context, acc []byte, fn func(in, inout []byte)) (bool, error) {
-	if c == nil || !c.onNode() || len(acc) > NodeAllreduceMax || fn == nil {
+func (c *Comm) nodeAllreduce(ctx context.Context, acc []byte, fn func(in, inout []byte)) (bool, error) {
+	if c == nil || !c.onNode() || len(acc) > nodecoll.AllreduceMax || fn == nil {
 		return false, nil
 	}
 	if err := c.enterNode(); err != nil {
@@ -63,13 +73,13 @@ func (c *Comm) NodeAllreduce(ctx context.Context, acc []byte, fn func(in, inout 
 	return true, shm.slotReduce(acc, fn, d)
 }
 
-// NodeSync is a blocking barrier through shared memory. It reports false,
+// nodeSync is a blocking barrier through shared memory. It reports false,
 // doing nothing, unless c is the world communicator and every process is
 // on this node; otherwise it publishes this process's next barrier epoch
-// and waits until every peer's has caught up — what Schedule.NodeBarrier
+// and waits until every peer's has caught up — what Schedule.nodeBarrier
 // does, without a schedule. The two share the epochs, so blocking and
 // nonblocking barriers may be mixed.
-func (c *Comm) NodeSync(ctx context.Context) (bool, error) {
+func (c *Comm) nodeSync(ctx context.Context) (bool, error) {
 	if c == nil || !c.onNode() {
 		return false, nil
 	}

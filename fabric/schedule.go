@@ -70,14 +70,14 @@ func (c *Comm) onNode() bool {
 	return c == ep.world && ep.shm != nil && len(ep.local) == ep.size
 }
 
-// NodeBarrier reports whether c can synchronize through shared memory
+// nodeBarrier reports whether c can synchronize through shared memory
 // flags — it is the world communicator and every process is on this node
 // — and if so adds a round that does: each process publishes its barrier
 // epoch in its own segment and the round ends once every peer's epoch has
 // caught up. That is two cache-line transfers per process, where a
 // message exchange is three or more. Every member must call it at the
 // same points, like any collective.
-func (s *Schedule) NodeBarrier() bool {
+func (s *Schedule) nodeBarrier() bool {
 	c := s.c
 	if !c.onNode() {
 		return false
