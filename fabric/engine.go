@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
 // The engine is one process's matching and progress engine: MPI's posted
@@ -45,9 +47,9 @@ type engine struct {
 	// direct is the world rank whose frames a blocking receive is
 	// reading itself (recvDirect), -1 if none: polls leave them to it.
 	direct int
-	fin    hdr     // a FIN being sent; here so that it does not escape to the heap
-	sh     hdr     // a short message's, sent by sendNow; likewise
-	pl     payload // an unexpected message being received, likewise
+	fin    wire.Header // a FIN being sent; here so that it does not escape to the heap
+	sh     wire.Header // a short message's, sent by sendNow; likewise
+	pl     payload     // an unexpected message being received, likewise
 }
 
 func newEngine(me, size int) *engine {
@@ -66,21 +68,21 @@ func newEngine(me, size int) *engine {
 	return e
 }
 
-func matches(ctx uint32, src, tag int, h *hdr) bool {
-	return ctx == h.ctx && (src == AnySource || src == int(h.src)) && (tag == AnyTag || tag == int(h.tag))
+func matches(ctx uint32, src, tag int, h *wire.Header) bool {
+	return ctx == h.Ctx && (src == AnySource || src == int(h.Src)) && (tag == AnyTag || tag == int(h.Tag))
 }
 
 // deliver takes one arrived frame from world rank peer.
-func (e *engine) deliver(peer int, h *hdr, p *payload) {
-	if h.kind == frameFIN {
-		if r := e.rdv[h.id]; r != nil {
-			delete(e.rdv, h.id)
+func (e *engine) deliver(peer int, h *wire.Header, p *payload) {
+	if h.Kind == wire.FIN {
+		if r := e.rdv[h.ID]; r != nil {
+			delete(e.rdv, h.ID)
 			e.finish(r, nil)
 		}
 		return
 	}
 	for r := e.posted.head; r != nil; r = r.next {
-		if matches(r.h.ctx, r.peer, r.tag, h) {
+		if matches(r.h.Ctx, r.peer, r.tag, h) {
 			e.posted.remove(r)
 			e.receive(r, peer, h, p)
 			return
@@ -98,31 +100,31 @@ func (e *engine) deliver(peer int, h *hdr, p *payload) {
 }
 
 // receive completes receive r with a matched message.
-func (e *engine) receive(r *op, peer int, h *hdr, p *payload) {
-	n := int(h.size)
+func (e *engine) receive(r *op, peer int, h *wire.Header, p *payload) {
+	n := int(h.Size)
 	var err error
 	if n > len(r.buf) {
 		n = len(r.buf)
-		err = fmt.Errorf("%w: %d-byte message from rank %d, tag %d, into a %d-byte buffer", ErrTruncated, h.size, h.src, h.tag, len(r.buf))
+		err = fmt.Errorf("%w: %d-byte message from rank %d, tag %d, into a %d-byte buffer", ErrTruncated, h.Size, h.Src, h.Tag, len(r.buf))
 	}
-	switch h.kind {
-	case frameEager:
+	switch h.Kind {
+	case wire.Eager:
 		p.copyTo(r.buf[:n])
-	case frameRTS:
-		r.status = Status{Source: int(h.src), Tag: int(h.tag), Count: n}
+	case wire.RTS:
+		r.status = Status{Source: int(h.Src), Tag: int(h.Tag), Count: n}
 		r.err = err
 		if n == 0 {
-			e.readDone(r, peer, h.id, nil)
+			e.readDone(r, peer, h.ID, nil)
 			return
 		}
-		if done, rerr := e.readRemote(peer, r, r.buf[:n], h.id, h.addr, h.key); done {
-			e.readDone(r, peer, h.id, rerr)
+		if done, rerr := e.readRemote(peer, r, r.buf[:n], h.ID, h.Addr, h.Key); done {
+			e.readDone(r, peer, h.ID, rerr)
 		} else {
 			r.state = stRdv // until the provider's readDone
 		}
 		return
 	}
-	r.status = Status{Source: int(h.src), Tag: int(h.tag), Count: n}
+	r.status = Status{Source: int(h.Src), Tag: int(h.Tag), Count: n}
 	e.finish(r, err)
 }
 
@@ -152,7 +154,7 @@ func (e *engine) readDone(r *op, peer int, id uint64, rerr error) {
 		r.status.Count = 0
 		err = e.peerError(r.comm, peer, rerr)
 	} else {
-		e.fin = hdr{kind: frameFIN, id: id}
+		e.fin = wire.Header{Kind: wire.FIN, ID: id}
 		e.sendCtl(peer, &e.fin)
 	}
 	e.finish(r, err)
@@ -177,7 +179,7 @@ func (e *engine) finish(r *op, err error) {
 }
 
 // sendCtl sends a control frame now or queues it behind earlier frames.
-func (e *engine) sendCtl(peer int, h *hdr) {
+func (e *engine) sendCtl(peer int, h *wire.Header) {
 	if e.failed[peer] != nil {
 		return
 	}
@@ -207,14 +209,14 @@ func (e *engine) startSend(r *op) {
 		e.finish(r, e.peerError(r.comm, dest, ErrNoRoute))
 		return
 	}
-	r.h.size = uint64(len(r.buf))
+	r.h.Size = uint64(len(r.buf))
 	if len(r.buf) <= p.eagerMax() {
-		r.h.kind = frameEager
+		r.h.Kind = wire.Eager
 	} else {
 		e.nextID++
-		r.h.kind, r.h.id = frameRTS, e.nextID
-		r.h.addr = uint64(uintptr(unsafe.Pointer(&r.buf[0])))
-		e.rdv[r.h.id] = r
+		r.h.Kind, r.h.ID = wire.RTS, e.nextID
+		r.h.Addr = uint64(uintptr(unsafe.Pointer(&r.buf[0])))
+		e.rdv[r.h.ID] = r
 	}
 	if e.pending[dest].empty() && p.send(dest, &r.h, r.payload()) {
 		e.sent(r)
@@ -241,7 +243,7 @@ func (e *engine) sent(r *op) {
 	case r.kind == reqCtl:
 		r.state = stDone
 		e.release(r)
-	case r.h.kind == frameEager:
+	case r.h.Kind == wire.Eager:
 		r.status = Status{Count: len(r.buf)}
 		e.finish(r, nil)
 	default:
@@ -300,11 +302,11 @@ func (e *engine) cancel(r *op) bool {
 		}
 		e.pending[r.peer].remove(r)
 		e.npend--
-		if r.h.kind == frameRTS {
-			delete(e.rdv, r.h.id)
+		if r.h.Kind == wire.RTS {
+			delete(e.rdv, r.h.ID)
 			// Never sent: a copy the provider staged will not be read.
 			if u, ok := e.route[r.peer].(interface{ unstage(id uint64) }); ok {
-				u.unstage(r.h.id)
+				u.unstage(r.h.ID)
 			}
 		}
 	case stActive:
@@ -550,8 +552,8 @@ func (e *engine) markFailedNow(peer int, cause error) {
 			e.release(r)
 			continue
 		}
-		if r.h.kind == frameRTS {
-			delete(e.rdv, r.h.id)
+		if r.h.Kind == wire.RTS {
+			delete(e.rdv, r.h.ID)
 		}
 		e.finish(r, e.peerError(r.comm, peer, cause))
 	}
@@ -594,14 +596,14 @@ type selfProvider struct {
 }
 
 type selfFrame struct {
-	h    hdr
+	h    wire.Header
 	data []byte
 }
 
 func (s *selfProvider) name() string  { return "self" }
 func (s *selfProvider) eagerMax() int { return 1 << 10 }
-func (s *selfProvider) send(_ int, h *hdr, payload []byte) bool {
-	if h.kind != frameEager {
+func (s *selfProvider) send(_ int, h *wire.Header, payload []byte) bool {
+	if h.Kind != wire.Eager {
 		payload = nil // the receive copies from the send's buffer
 	}
 	if len(s.q) < cap(s.q) {

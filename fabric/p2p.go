@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"unsafe"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
 // checkDest and checkSource check a send's or a receive's arguments in
@@ -120,13 +122,13 @@ func (e *engine) sendNow(c *Comm, buf []byte, dest, tag int) bool {
 	if e.closed || e.failed[w] != nil || p == nil || !e.pending[w].empty() || len(buf) > p.eagerMax() {
 		return false
 	}
-	e.sh = hdr{kind: frameEager, ctx: c.ctxUser(), src: int32(c.rank), tag: int32(tag), size: uint64(len(buf))}
+	e.sh = wire.Header{Kind: wire.Eager, Ctx: c.ctxUser(), Src: int32(c.rank), Tag: int32(tag), Size: uint64(len(buf))}
 	return p.send(w, &e.sh, buf)
 }
 
 func (c *Comm) initSend(r *op, buf []byte, dest, tag int, ctxID uint32) {
 	r.comm, r.kind, r.buf, r.peer, r.tag = c, reqSend, buf, c.ranks[dest], tag
-	r.h = hdr{ctx: ctxID, src: int32(c.rank), tag: int32(tag)}
+	r.h = wire.Header{Ctx: ctxID, Src: int32(c.rank), Tag: int32(tag)}
 }
 
 // Recv receives into buf a message from rank src (or AnySource) with tag
@@ -215,7 +217,7 @@ func (e *engine) recvDirect(ctx context.Context, c *Comm, buf []byte, src, tag i
 func (c *Comm) postRecv(r *op, buf []byte, src, tag int, ctxID uint32) {
 	e := c.e
 	r.comm, r.kind, r.buf, r.peer, r.tag = c, reqRecv, buf, src, tag
-	r.h.ctx = ctxID
+	r.h.Ctx = ctxID
 	for u := e.unexp.head; u != nil; u = u.next {
 		if matches(ctxID, src, tag, &u.h) {
 			e.unexp.remove(u)
@@ -300,7 +302,7 @@ func (c *Comm) Iprobe(src, tag int) (Status, bool, error) {
 func (c *Comm) probe(src, tag int) (Status, bool) {
 	for u := c.e.unexp.head; u != nil; u = u.next {
 		if matches(c.ctxUser(), src, tag, &u.h) {
-			return Status{Source: int(u.h.src), Tag: int(u.h.tag), Count: int(u.h.size)}, true
+			return Status{Source: int(u.h.Src), Tag: int(u.h.Tag), Count: int(u.h.Size)}, true
 		}
 	}
 	return Status{}, false

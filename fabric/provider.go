@@ -3,9 +3,10 @@
 package fabric
 
 import (
-	"encoding/binary"
 	"slices"
 	"time"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
 // A provider moves frames between this process and the peers it reaches,
@@ -26,7 +27,7 @@ type provider interface {
 	// leaving nothing queued, when the peer's queue has no room; frames
 	// to one peer arrive in the order sent. For an RTS, payload is the
 	// message the peer will read (a provider may stage it).
-	send(peer int, h *hdr, payload []byte) bool
+	send(peer int, h *wire.Header, payload []byte) bool
 	// poll hands up to budget arrived frames to the engine (deliver) and
 	// returns how many it handed over. A payload is valid only during its
 	// deliver call.
@@ -66,54 +67,6 @@ type prober interface {
 // the engine marks that peer failed.
 type failureListener interface {
 	peerFailed(e *engine, peer int, cause error)
-}
-
-// Frame kinds.
-const (
-	frameEager uint32 = 1 + iota // payload is the message
-	frameRTS                     // request to send: the message is at addr in the sender
-	frameFIN                     // the receiver has read rendezvous message id
-)
-
-// hdr is a frame's header. src is the sender's rank in the communicator
-// whose context id is ctx.
-type hdr struct {
-	kind uint32
-	ctx  uint32
-	src  int32
-	tag  int32
-	size uint64 // message length in bytes
-	id   uint64 // rendezvous: the sender's request id
-	addr uint64 // rendezvous: the message's address in the sender
-	key  uint32 // rendezvous: the key that grants access to it (verbs: rkey)
-}
-
-// hdrWire is the length of a header's wire form (without key), which
-// both providers put in front of a frame's payload.
-const hdrWire = 40
-
-// put writes h's wire form into b, with addr for h.addr.
-func (h *hdr) put(b []byte, addr uint64) {
-	le := binary.LittleEndian
-	le.PutUint32(b[0:], h.kind)
-	le.PutUint32(b[4:], h.ctx)
-	le.PutUint32(b[8:], uint32(h.src))
-	le.PutUint32(b[12:], uint32(h.tag))
-	le.PutUint64(b[16:], h.size)
-	le.PutUint64(b[24:], h.id)
-	le.PutUint64(b[32:], addr)
-}
-
-// get reads h from its wire form in b.
-func (h *hdr) get(b []byte) {
-	le := binary.LittleEndian
-	h.kind = le.Uint32(b[0:])
-	h.ctx = le.Uint32(b[4:])
-	h.src = int32(le.Uint32(b[8:]))
-	h.tag = int32(le.Uint32(b[12:]))
-	h.size = le.Uint64(b[16:])
-	h.id = le.Uint64(b[24:])
-	h.addr = le.Uint64(b[32:])
 }
 
 // payload is an arrived frame's payload: contiguous (flat), or n bytes

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
 // Status describes a received (or probed) message.
@@ -46,7 +48,7 @@ type op struct {
 	buf    []byte
 	peer   int // send: the destination's world rank; receive: source comm rank or AnySource
 	tag    int
-	h      hdr // the frame a send (or control op) sends
+	h      wire.Header // the frame a send (or control op) sends
 	status Status
 	err    error
 	sched  *Schedule // reqSched: the schedule this op completes

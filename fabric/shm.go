@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
 // The shared-memory provider. Every process creates one segment, a file
@@ -131,7 +133,7 @@ type shmProvider struct {
 	pipeMax int           // rendezvous messages up to this size go by pipeline
 	streams []shmStream   // pipelined sends in progress
 	reads   []shmPipeRead // pipelined receives in progress
-	ctl     hdr           // a pipeline frame being sent; here so that it does not escape
+	ctl     wire.Header   // a pipeline frame being sent; here so that it does not escape
 	piped   int           // messages received by pipeline, for tests
 	readv   int           // messages received with process_vm_readv, likewise
 }
@@ -230,9 +232,9 @@ func (s *shmProvider) unlink() {
 func (s *shmProvider) name() string  { return "shm" }
 func (s *shmProvider) eagerMax() int { return shmEager }
 
-func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
+func (s *shmProvider) send(peer int, h *wire.Header, payload []byte) bool {
 	o := s.out[peer]
-	if frameLimit(h.kind) == 0 {
+	if frameLimit(h.Kind) == 0 {
 		payload = nil // a rendezvous peer reads the message in place
 	}
 	n := uint64(s.cells)
@@ -241,7 +243,7 @@ func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 		return false
 	}
 	c := o.ring.cell(o.tail, s.cells)
-	h.put(c[8:], h.addr)
+	h.Put(c[8:], h.Addr)
 	// The payload follows the header, straight across cell boundaries
 	// (and around the ring's end).
 	off := int(o.tail%n)*shmCellSize + shmCellHeader
@@ -262,7 +264,7 @@ func (s *shmProvider) send(peer int, h *hdr, payload []byte) bool {
 // frameLimit is the most payload a frame of kind carries in the ring.
 func frameLimit(kind uint32) uint64 {
 	switch kind {
-	case frameEager:
+	case wire.Eager:
 		return shmEager
 	case shmData:
 		return shmFrag
@@ -298,7 +300,7 @@ func (s *shmProvider) pollRings(e *engine, budget int) int {
 	if s.next >= n {
 		s.next = 0
 	}
-	var h hdr
+	var h wire.Header
 	for k := 0; k < n && got < budget; k++ {
 		i := start + k
 		if i >= n {
@@ -312,16 +314,16 @@ func (s *shmProvider) pollRings(e *engine, budget int) int {
 			if atomic.LoadUint64(word(c, 0)) != in.head+1 {
 				break
 			}
-			h.get(c[8:])
+			h.Get(c[8:])
 			cells := 1
 			s.pl = payload{}
-			if limit := frameLimit(h.kind); limit > 0 {
-				size := int(min(h.size, limit))
+			if limit := frameLimit(h.Kind); limit > 0 {
+				size := int(min(h.Size, limit))
 				off := int(in.head%uint64(s.cells))*shmCellSize + shmCellHeader
 				s.pl = payload{ring: in.ring.cells, off: off, n: size}
 				cells = cellsFor(size)
 			}
-			if h.kind >= shmCTS {
+			if h.Kind >= shmCTS {
 				s.pipeFrame(e, in.world, &h, &s.pl)
 			} else {
 				e.deliver(in.world, &h, &s.pl)

@@ -2,7 +2,11 @@
 
 package fabric
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
+)
 
 // The shared-memory pipeline: how a rendezvous message up to the
 // provider's pipeline limit moves. The receiver that matched the RTS
@@ -77,7 +81,7 @@ func (s *shmProvider) pipeRead(peer int, r *op, dst []byte, id uint64) {
 
 // ask sends rd's CTS if there is room; poll retries until there is.
 func (s *shmProvider) ask(rd *shmPipeRead) {
-	s.ctl = hdr{kind: shmCTS, id: rd.id, size: uint64(len(rd.dst))}
+	s.ctl = wire.Header{Kind: shmCTS, ID: rd.id, Size: uint64(len(rd.dst))}
 	rd.asked = s.send(rd.peer, &s.ctl, nil)
 }
 
@@ -92,26 +96,26 @@ func (s *shmProvider) piping(peer int) bool {
 }
 
 // pipeFrame takes a CTS or a fragment from peer.
-func (s *shmProvider) pipeFrame(e *engine, peer int, h *hdr, p *payload) {
-	if h.kind == shmCTS {
-		r := e.rdv[h.id]
+func (s *shmProvider) pipeFrame(e *engine, peer int, h *wire.Header, p *payload) {
+	if h.Kind == shmCTS {
+		r := e.rdv[h.ID]
 		if r == nil || r.peer != peer || r.state != stRdv {
 			return // failed or withdrawn meanwhile
 		}
-		n := min(int(h.size), len(r.buf))
-		s.streams = append(s.streams, shmStream{buf: r.buf[:n], peer: peer, id: h.id})
+		n := min(int(h.Size), len(r.buf))
+		s.streams = append(s.streams, shmStream{buf: r.buf[:n], peer: peer, id: h.ID})
 		return
 	}
-	i := s.findRead(peer, h.id)
+	i := s.findRead(peer, h.ID)
 	if i < 0 {
 		return // its receive already failed
 	}
 	rd := &s.reads[i]
-	off, n := int(h.addr), p.len()
+	off, n := int(h.Addr), p.len()
 	if off != rd.got || n > len(rd.dst)-off {
 		r := rd.r
 		s.reads = slices.Delete(s.reads, i, i+1)
-		e.readDone(r, peer, h.id, procFailed("world rank %d: pipeline fragment at %d+%d of %d bytes, expected %d", peer, off, n, len(rd.dst), rd.got))
+		e.readDone(r, peer, h.ID, procFailed("world rank %d: pipeline fragment at %d+%d of %d bytes, expected %d", peer, off, n, len(rd.dst), rd.got))
 		return
 	}
 	if !rd.r.orphan { // the abandoned call's buffer is its owner's again
@@ -121,7 +125,7 @@ func (s *shmProvider) pipeFrame(e *engine, peer int, h *hdr, p *payload) {
 	if rd.got == len(rd.dst) {
 		r := rd.r
 		s.reads = slices.Delete(s.reads, i, i+1)
-		e.readDone(r, peer, h.id, nil)
+		e.readDone(r, peer, h.ID, nil)
 	}
 }
 
@@ -155,7 +159,7 @@ func (s *shmProvider) pump() int {
 			if !o.room(cellsFor(k)+cellsFor(shmEager), s.cells) {
 				break
 			}
-			s.ctl = hdr{kind: shmData, id: st.id, size: uint64(k), addr: uint64(st.off)}
+			s.ctl = wire.Header{Kind: shmData, ID: st.id, Size: uint64(k), Addr: uint64(st.off)}
 			s.send(st.peer, &s.ctl, st.buf[st.off:st.off+k])
 			st.off += k
 			n++

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
 // TestShmRingFrames drives one ring in-process through thousands of laps
@@ -48,7 +50,7 @@ func TestShmRingFrames(t *testing.T) {
 				cell := o.tail + uint64(shmCellHeader+off)/shmCellSize
 				binary.LittleEndian.PutUint64(p[off:], cell+n+1) // the next lap's sequence here
 			}
-			if !a.send(1, &hdr{kind: frameEager, tag: int32(len(want)), size: uint64(size)}, p) {
+			if !a.send(1, &wire.Header{Kind: wire.Eager, Tag: int32(len(want)), Size: uint64(size)}, p) {
 				break
 			}
 			want = append(want, p)
@@ -60,10 +62,10 @@ func TestShmRingFrames(t *testing.T) {
 		}
 		for u := e.unexp.head; u != nil; u = u.next {
 			if len(want) == 0 {
-				t.Fatalf("burst %d: a phantom frame (tag %d, %d bytes)", burst, u.h.tag, len(u.buf))
+				t.Fatalf("burst %d: a phantom frame (tag %d, %d bytes)", burst, u.h.Tag, len(u.buf))
 			}
 			if !bytes.Equal(u.buf, want[0]) {
-				t.Fatalf("burst %d: frame tag %d: %d bytes differ from the %d sent", burst, u.h.tag, len(u.buf), len(want[0]))
+				t.Fatalf("burst %d: frame tag %d: %d bytes differ from the %d sent", burst, u.h.Tag, len(u.buf), len(want[0]))
 			}
 			want = want[1:]
 		}

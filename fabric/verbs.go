@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 	"github.com/rivet-hpc/rivet/hw"
 	"github.com/rivet-hpc/rivet/internal/critpath"
 	"github.com/rivet-hpc/rivet/verbs"
@@ -46,16 +47,14 @@ import (
 // and every other peer carries on.
 
 const (
-	vHdr         = hdrWire + 8 // frame header on the wire: the common form, rkey, credits
-	vHdrEager    = 20          // an eager frame's: kind, context, source, tag, credits
-	vEager       = 8 << 10     // largest eager payload
-	vCredits     = 64          // receive buffers per peer
-	vSendSlots   = 128         // staging slots for sends that are not inline
-	vInline      = 256         // QP inline capacity; frames up to it go inline
-	vSQ          = 512         // send queue depth per peer
-	vStageKeep   = 64 << 20    // staging memory kept for reuse
-	vCtlWords    = 2           // per world rank: credits from it, its goodbye
-	vMaxOneSided = 1024        // one-sided operations in flight
+	vEager       = 8 << 10  // largest eager payload
+	vCredits     = 64       // receive buffers per peer
+	vSendSlots   = 128      // staging slots for sends that are not inline
+	vInline      = 256      // QP inline capacity; frames up to it go inline
+	vSQ          = 512      // send queue depth per peer
+	vStageKeep   = 64 << 20 // staging memory kept for reuse
+	vCtlWords    = 2        // per world rank: credits from it, its goodbye
+	vMaxOneSided = 1024     // one-sided operations in flight
 	// vRepostBatch is how many consumed receive buffers a poll posts
 	// again at once: one post per buffer cost a ping-pong about 270
 	// guest instructions per message, a tenth of the fabric's own
@@ -68,7 +67,7 @@ const (
 
 // vSlotSize is a buffer for a header and an eager payload, in whole
 // cache lines.
-const vSlotSize = (vHdr + vEager + 63) &^ 63
+const vSlotSize = (wire.VerbsHeaderLen + vEager + 63) &^ 63
 
 // Work request IDs: the kind in the top byte, an index below.
 const (
@@ -354,64 +353,9 @@ func (v *verbsProvider) ctlWord(w, k int) *uint64 {
 	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[(w*vCtlWords+k)*8]))
 }
 
-// hdrLen is the length of h's verbs header.
-func hdrLen(h *hdr) int {
-	if h.kind == frameEager {
-		return vHdrEager
-	}
-	return vHdr
-}
-
-// putHdr writes a verbs frame header. An eager frame's is short — its
-// message's size is the rest of the frame, and it names no memory — since
-// rxe copies and checksums every byte twice in software: 28 fewer bytes
-// a small message. Other frames carry the common form, then the rkey of
-// a rendezvous message and the credit count for the peer.
-func putHdr(b []byte, h *hdr, addr uint64, key, credit uint32) {
-	le := binary.LittleEndian
-	if h.kind == frameEager {
-		// One length check for the five fields, not one per field: this is
-		// every small message's header.
-		e := (*[vHdrEager]byte)(b)
-		le.PutUint32(e[0:4], h.kind)
-		le.PutUint32(e[4:8], h.ctx)
-		le.PutUint32(e[8:12], uint32(h.src))
-		le.PutUint32(e[12:16], uint32(h.tag))
-		le.PutUint32(e[16:20], credit)
-		return
-	}
-	h.put(b, addr)
-	le.PutUint32(b[hdrWire:], key)
-	le.PutUint32(b[hdrWire+4:], credit)
-}
-
-// getHdr reads the header of frame b; it returns the header's length
-// and the credit count, or ok false for a frame too short for its kind.
-func getHdr(b []byte, h *hdr) (n int, credit uint32, ok bool) {
-	le := binary.LittleEndian
-	if len(b) < 4 {
-		return 0, 0, false
-	}
-	if le.Uint32(b) == frameEager {
-		if len(b) < vHdrEager {
-			return 0, 0, false
-		}
-		e := (*[vHdrEager]byte)(b)
-		*h = hdr{kind: frameEager, ctx: le.Uint32(e[4:8]), src: int32(le.Uint32(e[8:12])), tag: int32(le.Uint32(e[12:16])),
-			size: uint64(len(b) - vHdrEager)}
-		return vHdrEager, le.Uint32(e[16:20]), true
-	}
-	if len(b) < vHdr {
-		return 0, 0, false
-	}
-	h.get(b)
-	h.key = le.Uint32(b[hdrWire:])
-	return vHdr, le.Uint32(b[hdrWire+4:]), true
-}
-
 // send posts one frame. For an RTS, payload is the whole message, which
 // the peer will read.
-func (v *verbsProvider) send(peer int, h *hdr, payload []byte) bool {
+func (v *verbsProvider) send(peer int, h *wire.Header, payload []byte) bool {
 	p := v.peers[peer]
 	if p == nil || !p.ready {
 		v.connect(peer)
@@ -425,8 +369,8 @@ func (v *verbsProvider) send(peer int, h *hdr, payload []byte) bool {
 			return false
 		}
 	}
-	addr, key := h.addr, uint32(0)
-	if h.kind == frameRTS {
+	addr, key := h.Addr, uint32(0)
+	if h.Kind == wire.RTS {
 		mr, off, err := v.mem.lookup(v.pd, payload)
 		if err != nil {
 			v.dead = append(v.dead, peerFault{peer, err})
@@ -434,27 +378,27 @@ func (v *verbsProvider) send(peer int, h *hdr, payload []byte) bool {
 		}
 		if mr == nil {
 			// Staged once: a send retried for want of room keeps its copy.
-			if mr = v.staged[h.id]; mr == nil {
+			if mr = v.staged[h.ID]; mr == nil {
 				if mr, err = v.getStage(len(payload)); err != nil {
 					v.dead = append(v.dead, peerFault{peer, err})
 					return true
 				}
 				copy(mr.Bytes(), payload)
-				v.staged[h.id] = mr
+				v.staged[h.ID] = mr
 			}
 			off = 0
 		}
 		addr, key = mr.Addr()+off, mr.RKey()
 		payload = nil
 	}
-	hl := hdrLen(h)
+	hl := wire.VerbsLen(h)
 	n := hl + len(payload)
 	var err error
 	if n <= vInline {
 		// Unsignaled, and straight from the header on the stack and the
 		// caller's payload into the work request.
-		var hb [vHdr]byte
-		putHdr(hb[:hl], h, addr, key, p.consumed)
+		var hb [wire.VerbsHeaderLen]byte
+		wire.PutVerbs(hb[:hl], h, addr, key, p.consumed)
 		err = p.qp.PostSendInline(wrSend|vSendSlots, 0, hb[:hl], payload)
 	} else {
 		if len(v.free) == 0 {
@@ -462,7 +406,7 @@ func (v *verbsProvider) send(peer int, h *hdr, payload []byte) bool {
 		}
 		slot := v.free[len(v.free)-1]
 		b := v.sendBuf.Bytes()[slot*vSlotSize : slot*vSlotSize+n]
-		putHdr(b, h, addr, key, p.consumed)
+		wire.PutVerbs(b, h, addr, key, p.consumed)
 		copy(b[hl:], payload)
 		v.sge[0] = verbs.SGE{MR: v.sendBuf, Offset: uint64(slot * vSlotSize), Length: uint32(n)}
 		v.wr[0] = verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: verbs.Signaled, Local: v.sge[:]}
@@ -660,12 +604,12 @@ func (v *verbsProvider) takeDirect(e *engine, w int, ctx uint32, src, tag int, b
 	if wc.Status == verbs.StatusSuccess && wc.ID&wrKindMask == wrRecv {
 		critpath.Arrived()
 		b := p.frame(int(wc.ID&0xff), int(wc.ByteLen))
-		var h hdr
-		if hl, c, ok := getHdr(b, &h); ok && h.kind == frameEager && h.size <= uint64(len(buf)) && matches(ctx, src, tag, &h) {
+		var h wire.Header
+		if hl, c, ok := wire.GetVerbs(b, &h); ok && h.Kind == wire.Eager && h.Size <= uint64(len(buf)) && matches(ctx, src, tag, &h) {
 			p.heard(c)
 			copy(buf, b[hl:])
 			p.taken++ // posted again later, as in received
-			return int(h.size), int(h.tag), true, true
+			return int(h.Size), int(h.Tag), true, true
 		}
 	}
 	v.complete(e, wc)
@@ -717,18 +661,18 @@ func (v *verbsProvider) complete(e *engine, wc *verbs.WorkCompletion) {
 func (v *verbsProvider) received(e *engine, w, k, n int) {
 	p := v.peers[w]
 	b := p.frame(k, n)
-	var h hdr
-	hl, c, ok := getHdr(b, &h)
+	var h wire.Header
+	hl, c, ok := wire.GetVerbs(b, &h)
 	if !ok {
 		v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("fabric: a %d-byte frame", n)})
 		return
 	}
 	p.heard(c)
-	switch h.kind {
-	case frameFIN:
-		v.unstage(h.id) // the peer has read it
+	switch h.Kind {
+	case wire.FIN:
+		v.unstage(h.ID) // the peer has read it
 		v.pl = payload{}
-	case frameEager:
+	case wire.Eager:
 		v.pl = payload{flat: b[hl:]}
 	default:
 		v.pl = payload{}

@@ -3,7 +3,6 @@
 package fabric
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/binary"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 	"github.com/rivet-hpc/rivet/hw"
 	"github.com/rivet-hpc/rivet/verbs"
 )
@@ -44,8 +44,6 @@ type verbsAddr struct {
 	token [16]byte
 	tcp   string
 }
-
-const vHello = "RIVETVC1"
 
 // listen opens the handshake port on the GID's address.
 func (v *verbsProvider) listen() error {
@@ -155,40 +153,6 @@ func (v *verbsProvider) deadNoPeer(w int, err error) {
 	v.dead = append(v.dead, peerFault{w, fmt.Errorf("%w: world rank %d: %v", ErrNoRoute, w, err)})
 }
 
-// hello is a handshake message: who sends it, the token of the process
-// it goes to, and the sender's queue pair for it.
-type hello struct {
-	rank     uint32
-	token    [16]byte
-	qpn, psn uint32
-}
-
-func (h *hello) marshal() []byte {
-	b := append([]byte(vHello), 0, 0, 0, 0)
-	binary.LittleEndian.PutUint32(b[8:], h.rank)
-	b = append(b, h.token[:]...)
-	b = binary.LittleEndian.AppendUint32(b, h.qpn)
-	return binary.LittleEndian.AppendUint32(b, h.psn)
-}
-
-const helloLen = 8 + 4 + 16 + 8
-
-func readHello(r io.Reader) (hello, error) {
-	var b [helloLen]byte
-	var h hello
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return h, err
-	}
-	if !bytes.Equal(b[:8], []byte(vHello)) {
-		return h, errors.New("not a Rivet handshake")
-	}
-	h.rank = binary.LittleEndian.Uint32(b[8:])
-	copy(h.token[:], b[12:28])
-	h.qpn = binary.LittleEndian.Uint32(b[28:])
-	h.psn = binary.LittleEndian.Uint32(b[32:])
-	return h, nil
-}
-
 const vHandshakeTimeout = 30 * time.Second
 
 // dial runs our side of a handshake with world rank w, whose queue pair
@@ -242,19 +206,19 @@ func (v *verbsProvider) handshake(w int, qpn, psn uint32) error {
 	defer release()
 	e := v.e
 	c.SetDeadline(time.Now().Add(vHandshakeTimeout))
-	req := hello{rank: uint32(v.me), token: v.addrs[w].token, qpn: qpn, psn: psn}
-	if _, err := c.Write(req.marshal()); err != nil {
+	req := wire.Hello{Rank: uint32(v.me), Token: v.addrs[w].token, QPN: qpn, PSN: psn}
+	if _, err := c.Write(req.Marshal()); err != nil {
 		return err
 	}
-	resp, err := readHello(c)
+	resp, err := wire.ReadHello(c)
 	if err != nil {
 		return fmt.Errorf("reading the answer: %w", err)
 	}
-	if resp.rank != uint32(w) || subtle.ConstantTimeCompare(resp.token[:], v.token[:]) != 1 {
+	if resp.Rank != uint32(w) || subtle.ConstantTimeCompare(resp.Token[:], v.token[:]) != 1 {
 		return errors.New("the answer is not from the process the bootstrap named")
 	}
 	e.mu.Lock()
-	if err := v.connectQP(w, resp.qpn, resp.psn); err != nil {
+	if err := v.connectQP(w, resp.QPN, resp.PSN); err != nil {
 		e.mu.Unlock()
 		return err
 	}
@@ -302,12 +266,12 @@ func (v *verbsProvider) serve(c net.Conn) {
 	defer release()
 	e := v.e
 	c.SetDeadline(time.Now().Add(vHandshakeTimeout))
-	req, err := readHello(c)
+	req, err := wire.ReadHello(c)
 	if err != nil {
 		return
 	}
-	w := int(req.rank)
-	if w < 0 || w >= len(v.peers) || !v.isPeer[w] || subtle.ConstantTimeCompare(req.token[:], v.token[:]) != 1 {
+	w := int(req.Rank)
+	if w < 0 || w >= len(v.peers) || !v.isPeer[w] || subtle.ConstantTimeCompare(req.Token[:], v.token[:]) != 1 {
 		return // not one of ours: say nothing
 	}
 	e.mu.Lock()
@@ -323,14 +287,14 @@ func (v *verbsProvider) serve(c net.Conn) {
 			return
 		}
 	}
-	if err := v.connectQP(w, req.qpn, req.psn); err != nil {
+	if err := v.connectQP(w, req.QPN, req.PSN); err != nil {
 		v.dead = append(v.dead, peerFault{w, fmt.Errorf("%w: %v", ErrNoRoute, err)})
 		e.mu.Unlock()
 		return
 	}
-	resp := hello{rank: uint32(v.me), token: v.addrs[w].token, qpn: p.qp.QPN(), psn: p.qp.PSN()}
+	resp := wire.Hello{Rank: uint32(v.me), Token: v.addrs[w].token, QPN: p.qp.QPN(), PSN: p.qp.PSN()}
 	e.mu.Unlock()
-	if _, err := c.Write(resp.marshal()); err != nil {
+	if _, err := c.Write(resp.Marshal()); err != nil {
 		return
 	}
 	var done [1]byte
