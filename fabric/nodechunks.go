@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 )
 
 // Large node allreduces meet in shared memory too, a chunk at a time,
@@ -15,21 +17,20 @@ import (
 //
 //  1. Each process copies its operand's chunk into its buffer — all but
 //     its own share (a 1/p slice of the chunk), which only it reads — and
-//     publishes the chunk's number in segChunkIn.
+//     publishes the chunk's number in shmseg.WordChunkIn.
 //  2. Once every peer has, each folds its own share across all the
 //     operands in rank order, into its buffer's share, and copies the
-//     result into its output. It publishes the number in segChunkOut.
+//     result into its output. It publishes the number in shmseg.WordChunkOut.
 //  3. Once every peer has, each copies the peers' results from their
 //     buffers into its output.
 //  4. A buffer is refilled two chunks later, once every peer has
-//     published the chunk between in segChunkIn — so has finished
+//     published the chunk between in shmseg.WordChunkIn — so has finished
 //     reading this one.
 //
 // Every process moves each byte about three times at memory speed: in,
 // reduced, out. The message-based ring moves it with process_vm_readv,
 // which pins pages and ran 3× slower than a copy here; see
 // docs/performance.md.
-const nodeChunk = 256 << 10 // bytes per buffer
 
 // nodeAllreduceChunks is a blocking allreduce through the shared memory
 // segments' staging areas, for vectors of any length. It reports false,
@@ -47,7 +48,7 @@ const nodeChunk = 256 << 10 // bytes per buffer
 // vector of another length makes it fail with ErrMismatch at every
 // process.
 func (c *Comm) nodeAllreduceChunks(ctx context.Context, send, acc []byte, elem int, fn func(in, inout []byte)) (bool, error) {
-	if c == nil || !c.onNode() || fn == nil || elem > nodeChunk {
+	if c == nil || !c.onNode() || fn == nil || elem > shmseg.Chunk {
 		return false, nil
 	}
 	if elem <= 0 || len(acc)%elem != 0 || (send != nil && len(send) != len(acc)) {
@@ -60,22 +61,22 @@ func (c *Comm) nodeAllreduceChunks(ctx context.Context, send, acc []byte, elem i
 		send = acc
 	}
 	shm := c.ep.shm
-	span := nodeChunk / elem * elem
+	span := shmseg.Chunk / elem * elem
 	for o := 0; o < len(acc) || o == 0; o += span {
 		n := min(span, len(acc)-o)
 		c.chunkSeq++
 		g := c.chunkSeq
 		// The buffer was last used by chunk g-2; every peer is done with
 		// it once it has staged chunk g-1.
-		if err := c.nodeWait(ctx, segChunkIn, g-1); err != nil {
+		if err := c.nodeWait(ctx, shmseg.WordChunkIn, g-1); err != nil {
 			return true, err
 		}
 		if o == 0 {
-			shm.publish(segChunkLen, uint64(len(acc)))
+			shm.publish(shmseg.WordChunkLen, uint64(len(acc)))
 		}
 		shm.stageIn(send[o:o+n], g, elem)
-		shm.publish(segChunkIn, g)
-		if err := c.nodeWait(ctx, segChunkIn, g); err != nil {
+		shm.publish(shmseg.WordChunkIn, g)
+		if err := c.nodeWait(ctx, shmseg.WordChunkIn, g); err != nil {
 			return true, err
 		}
 		if o == 0 {
@@ -84,8 +85,8 @@ func (c *Comm) nodeAllreduceChunks(ctx context.Context, send, acc []byte, elem i
 			}
 		}
 		shm.stageReduce(send[o:o+n], acc[o:o+n], g, elem, fn)
-		shm.publish(segChunkOut, g)
-		if err := c.nodeWait(ctx, segChunkOut, g); err != nil {
+		shm.publish(shmseg.WordChunkOut, g)
+		if err := c.nodeWait(ctx, shmseg.WordChunkOut, g); err != nil {
 			return true, err
 		}
 		shm.stageOut(acc[o:o+n], g, elem)
@@ -102,8 +103,8 @@ func share(n, elem, ix, p int) (lo, hi int) {
 
 // stage is the buffer chunk g uses in the segment of local process ix.
 func (s *shmProvider) stage(ix int, g uint64) []byte {
-	off := stageOff(len(s.local)) + int(g&1)*nodeChunk
-	return s.segOf(ix)[off : off+nodeChunk : off+nodeChunk]
+	off := shmseg.StageOff(len(s.local)) + int(g&1)*shmseg.Chunk
+	return s.segOf(ix)[off : off+shmseg.Chunk : off+shmseg.Chunk]
 }
 
 // stageIn copies the chunk v into this process's buffer for chunk g, all
@@ -153,7 +154,7 @@ func (s *shmProvider) stageOut(out []byte, g uint64, elem int) {
 // sameLength checks every process's vector length against n.
 func (s *shmProvider) sameLength(n int) error {
 	for ix := range s.local {
-		if l := atomic.LoadUint64(word(s.segOf(ix), segChunkLen)); l != uint64(n) {
+		if l := atomic.LoadUint64(shmseg.Word(s.segOf(ix), shmseg.WordChunkLen)); l != uint64(n) {
 			return fmt.Errorf("%w: rank %d contributed %d bytes to an allreduce, this process %d", ErrMismatch, s.local[ix], l, n)
 		}
 	}

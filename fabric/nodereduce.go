@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 	"github.com/rivet-hpc/rivet/internal/nodecoll"
 )
 
@@ -36,7 +37,7 @@ func init() {
 }
 
 // The slots fit in the segment's header.
-var _ [shmHeader - segSlots - 2*segSlotSize]struct{}
+var _ [shmseg.HeaderSize - segSlots - 2*segSlotSize]struct{}
 
 // nodeAllreduce is a blocking allreduce through shared memory. It reports
 // false, doing nothing, unless c is the world communicator, every process
@@ -87,8 +88,8 @@ func (c *Comm) nodeSync(ctx context.Context) (bool, error) {
 		return true, err
 	}
 	c.epoch++
-	c.ep.shm.publish(segEpoch, c.epoch)
-	return true, c.nodeWait(ctx, segEpoch, c.epoch)
+	c.ep.shm.publish(shmseg.WordEpoch, c.epoch)
+	return true, c.nodeWait(ctx, shmseg.WordEpoch, c.epoch)
 }
 
 // enterNode starts a node collective as NewSchedule and Start start a
@@ -167,7 +168,7 @@ func (s *shmProvider) slotWrite(v []byte, d uint64) {
 	sl := slot(s.seg, d)
 	binary.LittleEndian.PutUint64(sl[8:], uint64(len(v)))
 	copy(sl[slotData:], v)
-	atomic.StoreUint64(word(sl, 0), d) // last: a peer that loads d sees the vector
+	atomic.StoreUint64(shmseg.Word(sl, 0), d) // last: a peer that loads d sees the vector
 }
 
 // slotReduce folds every process's contribution to node allreduce d into

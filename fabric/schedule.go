@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 )
 
 // A Schedule is a nonblocking operation built from rounds: in each round,
@@ -84,9 +86,9 @@ func (s *Schedule) nodeBarrier() bool {
 	}
 	c.epoch++
 	s.Next()
-	s.publish(segEpoch, c.epoch)
+	s.publish(shmseg.WordEpoch, c.epoch)
 	s.Next()
-	s.await(segEpoch, c.epoch)
+	s.await(shmseg.WordEpoch, c.epoch)
 	s.Next()
 	return true
 }

@@ -3,19 +3,15 @@
 package fabric
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
@@ -43,67 +39,12 @@ import (
 // pipeline (shm_pipeline.go: the sender copies fragments in as the
 // receiver copies them out); it answers with a FIN frame.
 
-const (
-	shmMagic = 0x52495645_54534d34 // "RIVETSM4"
-	// The header's three pages hold the words below, then the allreduce
-	// slots (nodereduce.go).
-	shmHeader     = 12288
-	shmCellSize   = 256 // frames start on a cell
-	shmCellHeader = 48  // the sequence word and a frame header
-	shmEager      = 16 << 10
-	shmRingHeader = 128 // head word, then padding to two cache lines
-)
-
-// Segment header words (byte offsets).
-const (
-	segMagic  = 0
-	segLocal  = 8   // processes on the node
-	segCells  = 16  // cells per ring
-	segClosed = 64  // set to 1 by a clean Close
-	segEpoch  = 128 // the last world barrier this process entered (its own line)
-
-	// The chunked node allreduce's words (nodechunks.go). The length is
-	// read right after the chunk number on its line, so it shares it.
-	segChunkIn  = 192 // the last chunk whose operand this process staged
-	segChunkLen = 200 // the length of the vector of its current allreduce
-	segChunkOut = 256 // the last chunk whose share this process reduced
-)
-
-// shmCells is the ring length in cells: 1 MiB per ring, or 256 KiB when
-// many processes share the node; at least four of the longest frames fit.
-func shmCells(nlocal int) int {
-	if nlocal > 16 {
-		return 1024
-	}
-	return 4096
-}
-
-func shmSize(nlocal int) int {
-	return stageOff(nlocal) + 2*nodeChunk
-}
-
-// stageOff is where the chunked node allreduce's staging area starts, after
-// the rings.
-func stageOff(nlocal int) int {
-	return shmHeader + nlocal*(shmRingHeader+shmCells(nlocal)*shmCellSize)
-}
-
-// cellsFor is how many cells a frame with an n-byte payload takes.
-func cellsFor(n int) int { return (shmCellHeader + n + shmCellSize - 1) / shmCellSize }
-
-type shmRing struct {
-	head  *atomic.Uint64
-	cells []byte
-}
-
-func (r *shmRing) cell(i uint64, n int) []byte {
-	off := int(i%uint64(n)) * shmCellSize
-	return r.cells[off : off+shmCellSize : off+shmCellSize]
-}
+// shmEager is the largest message copied through a ring.
+const shmEager = 16 << 10
 
 // shmOut is this process's side of the ring it writes in a peer's segment.
 type shmOut struct {
-	ring       shmRing
+	ring       shmseg.Ring
 	tail       uint64 // next sequence to write; only we write the ring
 	cachedHead uint64 // the reader's head when last looked at
 	seg        []byte
@@ -111,7 +52,7 @@ type shmOut struct {
 }
 
 type shmIn struct {
-	ring  shmRing
+	ring  shmseg.Ring
 	head  uint64
 	world int
 }
@@ -138,46 +79,17 @@ type shmProvider struct {
 	readv   int           // messages received with process_vm_readv, likewise
 }
 
-var segNameRE = regexp.MustCompile(`-p([0-9]+)-[0-9a-f]+$`)
-
 // newShmSegment creates this process's segment for nlocal processes.
 func newShmSegment(prefix string, rank, nlocal int) (*shmProvider, error) {
-	sweepStaleSegments()
 	var rnd [8]byte
 	if _, err := randRead(rnd[:]); err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("%s-r%d-p%d-%x", prefix, rank, os.Getpid(), rnd)
-	path := filepath.Join("/dev/shm", name)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	path, seg, err := shmseg.Create(prefix, rank, nlocal, rnd)
 	if err != nil {
-		return nil, fmt.Errorf("fabric: shared memory: %w", err)
+		return nil, fmt.Errorf("fabric: %w", err)
 	}
-	defer f.Close()
-	size := shmSize(nlocal)
-	if err := f.Truncate(int64(size)); err != nil {
-		os.Remove(path)
-		return nil, fmt.Errorf("fabric: shared memory %s: %w", path, err)
-	}
-	seg, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		os.Remove(path)
-		return nil, fmt.Errorf("fabric: mapping %s: %w", path, os.NewSyscallError("mmap", err))
-	}
-	binary.LittleEndian.PutUint64(seg[segLocal:], uint64(nlocal))
-	binary.LittleEndian.PutUint64(seg[segCells:], uint64(shmCells(nlocal)))
-	atomic.StoreUint64(word(seg, segMagic), shmMagic)
-	return &shmProvider{path: path, seg: seg, cells: shmCells(nlocal)}, nil
-}
-
-func word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
-
-func ringAt(seg []byte, ix, cells int) shmRing {
-	off := shmHeader + ix*(shmRingHeader+cells*shmCellSize)
-	return shmRing{
-		head:  (*atomic.Uint64)(unsafe.Pointer(&seg[off])),
-		cells: seg[off+shmRingHeader : off+shmRingHeader+cells*shmCellSize],
-	}
+	return &shmProvider{path: path, seg: seg, cells: shmseg.Cells(nlocal)}, nil
 }
 
 // connect maps the peers' segments. local lists the node's world ranks in
@@ -191,23 +103,14 @@ func (s *shmProvider) connect(me int, local []int, paths []string, pids []int) e
 			s.selfIx = ix
 			continue
 		}
-		f, err := os.OpenFile(paths[ix], os.O_RDWR, 0)
+		seg, err := shmseg.Open(paths[ix], len(local))
 		if err != nil {
-			return fmt.Errorf("fabric: shared memory of rank %d: %w", w, err)
+			return fmt.Errorf("fabric: the shared memory of rank %d: %w", w, err)
 		}
-		seg, err := unix.Mmap(int(f.Fd()), 0, shmSize(len(local)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("fabric: mapping the shared memory of rank %d: %w", w, os.NewSyscallError("mmap", err))
-		}
-		if atomic.LoadUint64(word(seg, segMagic)) != shmMagic || binary.LittleEndian.Uint64(seg[segLocal:]) != uint64(len(local)) {
-			unix.Munmap(seg)
-			return fmt.Errorf("fabric: the shared memory of rank %d is not a segment for %d processes", w, len(local))
-		}
-		o := &shmOut{ring: ringAt(seg, s.indexOf(me), s.cells), seg: seg, pid: pids[ix]}
+		o := &shmOut{ring: shmseg.RingAt(seg, s.indexOf(me), s.cells), seg: seg, pid: pids[ix]}
 		s.out[w] = o
 		s.outs[ix] = o
-		s.in = append(s.in, shmIn{ring: ringAt(s.seg, ix, s.cells), world: w})
+		s.in = append(s.in, shmIn{ring: shmseg.RingAt(s.seg, ix, s.cells), world: w})
 	}
 	return nil
 }
@@ -238,25 +141,25 @@ func (s *shmProvider) send(peer int, h *wire.Header, payload []byte) bool {
 		payload = nil // a rendezvous peer reads the message in place
 	}
 	n := uint64(s.cells)
-	k := uint64(cellsFor(len(payload)))
+	k := uint64(shmseg.CellsFor(len(payload)))
 	if !o.room(int(k), s.cells) {
 		return false
 	}
-	c := o.ring.cell(o.tail, s.cells)
+	c := o.ring.Cell(o.tail, s.cells)
 	h.Put(c[8:], h.Addr)
 	// The payload follows the header, straight across cell boundaries
 	// (and around the ring's end).
-	off := int(o.tail%n)*shmCellSize + shmCellHeader
-	m := copy(o.ring.cells[off:], payload)
-	copy(o.ring.cells, payload[m:])
+	off := int(o.tail%n)*shmseg.CellSize + shmseg.CellHeader
+	m := copy(o.ring.Cells[off:], payload)
+	copy(o.ring.Cells, payload[m:])
 	// The reader looks for the next frame on the cell after this one. If
 	// stale payload there reads as that frame's sequence number, clear it
 	// first: a check of a line this process wrote last, not a store the
 	// reader would have to fetch back.
-	if next := word(o.ring.cell(o.tail+k, s.cells), 0); *next == o.tail+k+1 {
+	if next := shmseg.Word(o.ring.Cell(o.tail+k, s.cells), 0); *next == o.tail+k+1 {
 		*next = 0
 	}
-	atomic.StoreUint64(word(c, 0), o.tail+1) // publishes the frame
+	atomic.StoreUint64(shmseg.Word(c, 0), o.tail+1) // publishes the frame
 	o.tail += k
 	return true
 }
@@ -277,7 +180,7 @@ func (o *shmOut) room(k, cells int) bool {
 	if o.tail+uint64(k)-o.cachedHead <= uint64(cells) {
 		return true
 	}
-	o.cachedHead = o.ring.head.Load()
+	o.cachedHead = o.ring.Head.Load()
 	return o.tail+uint64(k)-o.cachedHead <= uint64(cells)
 }
 
@@ -310,8 +213,8 @@ func (s *shmProvider) pollRings(e *engine, budget int) int {
 		// A few frames per ring per round, so one busy sender cannot
 		// starve the others.
 		for j := 0; j < 8 && got < budget; j++ {
-			c := in.ring.cell(in.head, s.cells)
-			if atomic.LoadUint64(word(c, 0)) != in.head+1 {
+			c := in.ring.Cell(in.head, s.cells)
+			if atomic.LoadUint64(shmseg.Word(c, 0)) != in.head+1 {
 				break
 			}
 			h.Get(c[8:])
@@ -319,9 +222,9 @@ func (s *shmProvider) pollRings(e *engine, budget int) int {
 			s.pl = payload{}
 			if limit := frameLimit(h.Kind); limit > 0 {
 				size := int(min(h.Size, limit))
-				off := int(in.head%uint64(s.cells))*shmCellSize + shmCellHeader
-				s.pl = payload{ring: in.ring.cells, off: off, n: size}
-				cells = cellsFor(size)
+				off := int(in.head%uint64(s.cells))*shmseg.CellSize + shmseg.CellHeader
+				s.pl = payload{ring: in.ring.Cells, off: off, n: size}
+				cells = shmseg.CellsFor(size)
 			}
 			if h.Kind >= shmCTS {
 				s.pipeFrame(e, in.world, &h, &s.pl)
@@ -329,7 +232,7 @@ func (s *shmProvider) pollRings(e *engine, budget int) int {
 				e.deliver(in.world, &h, &s.pl)
 			}
 			in.head += uint64(cells)
-			in.ring.head.Store(in.head)
+			in.ring.Head.Store(in.head)
 			got++
 		}
 	}
@@ -377,17 +280,17 @@ func (s *shmProvider) closed(peer int) bool {
 		return false
 	}
 	o := s.out[peer]
-	return o != nil && atomic.LoadUint64(word(o.seg, segClosed)) == 1
+	return o != nil && atomic.LoadUint64(shmseg.Word(o.seg, shmseg.WordClosed)) == 1
 }
 
 // publish stores v in this process's segment word at off, for its peers.
-func (s *shmProvider) publish(off int, v uint64) { atomic.StoreUint64(word(s.seg, off), v) }
+func (s *shmProvider) publish(off int, v uint64) { atomic.StoreUint64(shmseg.Word(s.seg, off), v) }
 
 // reached reports whether every process on the node, this one included,
 // shows at least v in its segment word at off.
 func (s *shmProvider) reached(off int, v uint64) bool {
 	for ix := range s.outs {
-		if atomic.LoadUint64(word(s.segOf(ix), off)) < v {
+		if atomic.LoadUint64(shmseg.Word(s.segOf(ix), off)) < v {
 			return false
 		}
 	}
@@ -397,7 +300,7 @@ func (s *shmProvider) reached(off int, v uint64) bool {
 // markClosed tells the peers that this process shut down on purpose.
 func (s *shmProvider) markClosed() {
 	if s.seg != nil {
-		atomic.StoreUint64(word(s.seg, segClosed), 1)
+		atomic.StoreUint64(shmseg.Word(s.seg, shmseg.WordClosed), 1)
 	}
 }
 
@@ -415,23 +318,4 @@ func (s *shmProvider) close() error {
 		s.seg = nil
 	}
 	return nil
-}
-
-// sweepStaleSegments removes segments whose creator is dead: a process
-// killed between creating its segment and unlinking it.
-func sweepStaleSegments() {
-	names, _ := filepath.Glob("/dev/shm/rivet-*")
-	for _, n := range names {
-		m := segNameRE.FindStringSubmatch(n)
-		if m == nil {
-			continue
-		}
-		pid, err := strconv.Atoi(m[1])
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if unix.Kill(pid, 0) == unix.ESRCH {
-			os.Remove(n)
-		}
-	}
 }

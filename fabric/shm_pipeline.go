@@ -5,6 +5,7 @@ package fabric
 import (
 	"slices"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
@@ -156,7 +157,7 @@ func (s *shmProvider) pump() int {
 		o := s.out[st.peer]
 		for st.off < len(st.buf) {
 			k := min(shmFrag, len(st.buf)-st.off)
-			if !o.room(cellsFor(k)+cellsFor(shmEager), s.cells) {
+			if !o.room(shmseg.CellsFor(k)+shmseg.CellsFor(shmEager), s.cells) {
 				break
 			}
 			s.ctl = wire.Header{Kind: shmData, ID: st.id, Size: uint64(k), Addr: uint64(st.off)}

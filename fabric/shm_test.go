@@ -9,6 +9,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
@@ -47,7 +48,7 @@ func TestShmRingFrames(t *testing.T) {
 			p := make([]byte, size)
 			o := a.out[1]
 			for off := 0; off+8 <= size; off += 8 {
-				cell := o.tail + uint64(shmCellHeader+off)/shmCellSize
+				cell := o.tail + uint64(shmseg.CellHeader+off)/shmseg.CellSize
 				binary.LittleEndian.PutUint64(p[off:], cell+n+1) // the next lap's sequence here
 			}
 			if !a.send(1, &wire.Header{Kind: wire.Eager, Tag: int32(len(want)), Size: uint64(size)}, p) {

@@ -1,0 +1,173 @@
+//go:build linux
+
+// Package shmseg is the layout of the shared-memory provider's segments:
+// the file each process creates in /dev/shm for the processes of its
+// node, the words in its header, its rings of cells, and the staging
+// area of the chunked node allreduce. The provider that moves frames
+// through them is package fabric's; this package only says where things
+// are, and creates, opens and sweeps segments.
+//
+// A segment holds one single-producer single-consumer ring per process
+// on the node: the ring that peer i writes and the owner reads. A ring
+// is a head word the reader owns, then cells of CellSize bytes; a frame
+// starts on a cell with a sequence word and a header (CellHeader bytes
+// together), and its payload follows contiguously.
+package shmseg
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Magic is a segment's first word, stored last when it is created.
+const Magic = 0x52495645_54534d34 // "RIVETSM4"
+
+const (
+	// HeaderSize is the header's length: three pages that hold the words
+	// below, then the node allreduce's slots (package fabric's).
+	HeaderSize = 12288
+	CellSize   = 256 // frames start on a cell
+	CellHeader = 48  // the sequence word and a frame header
+	RingHeader = 128 // the head word, then padding to two cache lines
+	// Chunk is a staging buffer of the chunked node allreduce; the
+	// staging area after the rings holds two.
+	Chunk = 256 << 10
+)
+
+// Header words (byte offsets).
+const (
+	WordMagic  = 0
+	WordLocal  = 8   // processes on the node
+	WordCells  = 16  // cells per ring
+	WordClosed = 64  // set to 1 by a clean Close
+	WordEpoch  = 128 // the last world barrier this process entered (its own line)
+
+	// The chunked node allreduce's words. The length is read right after
+	// the chunk number on its line, so it shares it.
+	WordChunkIn  = 192 // the last chunk whose operand this process staged
+	WordChunkLen = 200 // the length of the vector of its current allreduce
+	WordChunkOut = 256 // the last chunk whose share this process reduced
+)
+
+// Cells is the ring length in cells for nlocal processes: 1 MiB per
+// ring, or 256 KiB when many processes share the node.
+func Cells(nlocal int) int {
+	if nlocal > 16 {
+		return 1024
+	}
+	return 4096
+}
+
+// Size is a segment's length for nlocal processes.
+func Size(nlocal int) int {
+	return StageOff(nlocal) + 2*Chunk
+}
+
+// StageOff is where the chunked node allreduce's staging area starts,
+// after the rings.
+func StageOff(nlocal int) int {
+	return HeaderSize + nlocal*(RingHeader+Cells(nlocal)*CellSize)
+}
+
+// CellsFor is how many cells a frame with an n-byte payload takes.
+func CellsFor(n int) int { return (CellHeader + n + CellSize - 1) / CellSize }
+
+// Ring is one ring of a segment: its head word and its cells.
+type Ring struct {
+	Head  *atomic.Uint64
+	Cells []byte
+}
+
+// Cell is cell i (a sequence number, taken modulo the ring's n cells).
+func (r *Ring) Cell(i uint64, n int) []byte {
+	off := int(i%uint64(n)) * CellSize
+	return r.Cells[off : off+CellSize : off+CellSize]
+}
+
+// RingAt is ring ix of seg, whose rings have cells cells.
+func RingAt(seg []byte, ix, cells int) Ring {
+	off := HeaderSize + ix*(RingHeader+cells*CellSize)
+	return Ring{
+		Head:  (*atomic.Uint64)(unsafe.Pointer(&seg[off])),
+		Cells: seg[off+RingHeader : off+RingHeader+cells*CellSize],
+	}
+}
+
+// Word is the 8-byte word at off in b, for atomic access.
+func Word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
+
+// nameRE finds the creator's pid in a segment's name.
+var nameRE = regexp.MustCompile(`-p([0-9]+)-[0-9a-f]+$`)
+
+// Create makes this process's segment for nlocal processes, named for
+// prefix, rank, this process's pid and rnd, with mode 0600, and maps it.
+// It first sweeps the segments of dead processes.
+func Create(prefix string, rank, nlocal int, rnd [8]byte) (path string, seg []byte, err error) {
+	Sweep()
+	path = filepath.Join("/dev/shm", fmt.Sprintf("%s-r%d-p%d-%x", prefix, rank, os.Getpid(), rnd))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", nil, fmt.Errorf("shared memory: %w", err)
+	}
+	defer f.Close()
+	size := Size(nlocal)
+	if err := f.Truncate(int64(size)); err != nil {
+		os.Remove(path)
+		return "", nil, fmt.Errorf("shared memory %s: %w", path, err)
+	}
+	seg, err = unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		os.Remove(path)
+		return "", nil, fmt.Errorf("mapping %s: %w", path, os.NewSyscallError("mmap", err))
+	}
+	binary.LittleEndian.PutUint64(seg[WordLocal:], uint64(nlocal))
+	binary.LittleEndian.PutUint64(seg[WordCells:], uint64(Cells(nlocal)))
+	atomic.StoreUint64(Word(seg, WordMagic), Magic)
+	return path, seg, nil
+}
+
+// Open maps a peer's segment and checks that it is one, made for nlocal
+// processes.
+func Open(path string, nlocal int) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	seg, err := unix.Mmap(int(f.Fd()), 0, Size(nlocal), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
+	}
+	if atomic.LoadUint64(Word(seg, WordMagic)) != Magic || binary.LittleEndian.Uint64(seg[WordLocal:]) != uint64(nlocal) {
+		unix.Munmap(seg)
+		return nil, fmt.Errorf("not a segment for %d processes", nlocal)
+	}
+	return seg, nil
+}
+
+// Sweep removes segments whose creator is dead: a process killed between
+// creating its segment and unlinking it.
+func Sweep() {
+	names, _ := filepath.Glob("/dev/shm/rivet-*")
+	for _, n := range names {
+		m := nameRE.FindStringSubmatch(n)
+		if m == nil {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if unix.Kill(pid, 0) == unix.ESRCH {
+			os.Remove(n)
+		}
+	}
+}
