@@ -215,7 +215,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		return err
 	}
 	if len(ep.node) > 1 {
-		if len(ep.node) > runtime.NumCPU() {
+		if len(ep.node) > nodeCPUs() {
 			// Oversubscribed: yield almost at once, and keep the Go
 			// runtime to one thread running Go code — its idle threads
 			// spin looking for work, taking the CPU from the very rank

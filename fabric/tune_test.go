@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rivet-hpc/rivet/internal/jobtest"
 	"github.com/rivet-hpc/rivet/internal/sysmon"
 )
 
@@ -73,7 +74,7 @@ func progBind(ctx context.Context, ep *Endpoint) error {
 	for m := range cpus {
 		masks = append(masks, m)
 	}
-	fmt.Printf("rank %d: cpus %v, sysmon %s (%d idle), gomaxprocs %d\n", ep.World().Rank(), masks, sysmon.State(), idle, runtime.GOMAXPROCS(0))
+	fmt.Printf("rank %d: cpus %v, sysmon %s (%d idle), oversubscribed %v, gomaxprocs %d\n", ep.World().Rank(), masks, sysmon.State(), idle, ep.e.spin < 4096, runtime.GOMAXPROCS(0))
 	return nil
 }
 
@@ -106,7 +107,7 @@ func TestProcessTuning(t *testing.T) {
 	} {
 		out := runOK(t, 2, "bind", tc.env...)
 		for r := 0; r < 2; r++ {
-			if want := fmt.Sprintf("rank %d: %s, gomaxprocs ", r, tc.want); !strings.Contains(out, want) {
+			if want := fmt.Sprintf("rank %d: %s, oversubscribed false, gomaxprocs ", r, tc.want); !strings.Contains(out, want) {
 				t.Errorf("%v: want %q in\n%s", tc.env, want, out)
 			}
 		}
@@ -123,12 +124,37 @@ func TestProcessTuning(t *testing.T) {
 		{[]string{"GOMAXPROCS=2"}, 2},
 	} {
 		out := runOK(t, n, "bind", append([]string{"GOMAXPROCS="}, tc.env...)...)
-		if want := fmt.Sprintf("gomaxprocs %d\n", tc.want); strings.Count(out, want) != n {
+		if want := fmt.Sprintf("oversubscribed true, gomaxprocs %d\n", tc.want); strings.Count(out, want) != n {
 			t.Errorf("%d ranks, %v: want %q from every rank in\n%s", n, tc.env, want, out)
+		}
+	}
+	// Ranks pinned before they start, one per CPU, see one CPU in
+	// runtime.NumCPU and are not oversubscribed; their runtime started
+	// with GOMAXPROCS 1.
+	out := jobtest.BoundJobOK(t, runtime.NumCPU(), progEnv+"=bind", "GOMAXPROCS=")
+	for r := 0; r < runtime.NumCPU(); r++ {
+		if want := fmt.Sprintf("rank %d: cpus [%d], sysmon idle (1 idle), oversubscribed false, gomaxprocs 1\n", r, r); !strings.Contains(out, want) {
+			t.Errorf("bound ranks: want %q in\n%s", want, out)
 		}
 	}
 	_, errs, st := runJob(t, 1, "bind", false, "RIVET_SYSMON=low")
 	if st == 0 || !strings.Contains(errs, `RIVET_SYSMON="low" (want idle, normal or auto)`) {
 		t.Errorf("RIVET_SYSMON=low: status %d, stderr:\n%s", st, errs)
+	}
+}
+
+func TestCountCPUList(t *testing.T) {
+	for in, want := range map[string]int{"0": 1, "0-1": 2, "0-3,8,10-11": 7, "2-2": 1} {
+		if n, ok := countCPUList(in); !ok || n != want {
+			t.Errorf("%q: %d %v, want %d", in, n, ok, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "3-1", "1-", "-1", "0,,1"} {
+		if n, ok := countCPUList(bad); ok {
+			t.Errorf("%q: %d accepted", bad, n)
+		}
+	}
+	if n := nodeCPUs(); n < runtime.NumCPU() {
+		t.Errorf("nodeCPUs %d < NumCPU %d", n, runtime.NumCPU())
 	}
 }

@@ -22,11 +22,15 @@ import (
 // tagged "[rank] ", and returns stdout, stderr and the job's status.
 func Job(t testing.TB, n int, ft bool, env ...string) (string, string, int) {
 	t.Helper()
+	return job(launch.Options{N: n, FT: ft, Env: env})
+}
+
+func job(o launch.Options) (string, string, int) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
 	defer cancel()
-	st := launch.Run(ctx, launch.Options{N: n, Tag: true, FT: ft, Grace: time.Second,
-		Env: env, Stdout: &out, Stderr: &errb}, []string{os.Args[0], "-test.run=^$"})
+	o.Tag, o.Grace, o.Stdout, o.Stderr = true, time.Second, &out, &errb
+	st := launch.Run(ctx, o, []string{os.Args[0], "-test.run=^$"})
 	return out.String(), errb.String(), st
 }
 
@@ -34,7 +38,20 @@ func Job(t testing.TB, n int, ft bool, env ...string) (string, string, int) {
 // "rank R ok".
 func JobOK(t testing.TB, n int, env ...string) string {
 	t.Helper()
-	out, errs, st := Job(t, n, false, env...)
+	return jobOK(t, launch.Options{N: n, Env: env})
+}
+
+// BoundJobOK is JobOK with rank r pinned to CPU r mod NumCPU from its
+// start, as rivetrun -bind-to core and mpirun --bind-to core pin.
+func BoundJobOK(t testing.TB, n int, env ...string) string {
+	t.Helper()
+	return jobOK(t, launch.Options{N: n, Bind: true, Env: env})
+}
+
+func jobOK(t testing.TB, o launch.Options) string {
+	t.Helper()
+	n, env := o.N, o.Env
+	out, errs, st := job(o)
 	if st != 0 {
 		t.Fatalf("%v on %d ranks: status %d\nstdout:\n%s\nstderr:\n%s", env, n, st, out, errs)
 	}
