@@ -13,7 +13,7 @@ import (
 	"github.com/rivet-hpc/rivet/op"
 )
 
-func init() { progs["allocs"] = progAllocs }
+func init() { progs.Add("allocs", progAllocs) }
 
 // progAllocs: steady-state collectives allocate nothing — schedules,
 // their scratch buffers and operations are reused.

@@ -5,7 +5,6 @@ package collectives
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -19,45 +18,26 @@ import (
 
 const progEnv = "RIVET_COLL_TEST_PROG"
 
-var progs = map[string]func(ctx context.Context, ep *fabric.Endpoint) error{}
-
-func TestMain(m *testing.M) {
-	if name := os.Getenv(progEnv); name != "" {
-		os.Exit(runProg(name))
-	}
-	os.Exit(m.Run())
+// progs are the programs the tests run as the ranks of a job.
+var progs = jobtest.Programs[*fabric.Endpoint]{
+	Env:     progEnv,
+	Init:    func(ctx context.Context) (*fabric.Endpoint, error) { return fabric.Init(ctx) },
+	Close:   (*fabric.Endpoint).Close,
+	Rank:    func(ep *fabric.Endpoint) int { return ep.World().Rank() },
+	Timeout: 300 * time.Second,
 }
 
-func runProg(name string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
-	defer cancel()
-	ep, err := fabric.Init(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "init:", err)
-		return 1
-	}
-	rank := ep.World().Rank()
-	if err := progs[name](ctx, ep); err != nil {
-		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rank, err)
-		return 1
-	}
-	if err := ep.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "rank %d: close: %v\n", rank, err)
-		return 1
-	}
-	fmt.Printf("rank %d ok\n", rank)
-	return 0
-}
+func TestMain(m *testing.M) { progs.Main(m) }
 
 // runJob runs prog on n ranks and returns output and status.
 func runJob(t *testing.T, n int, prog string, ft bool, env ...string) (string, string, int) {
 	t.Helper()
-	return jobtest.Job(t, n, ft, append([]string{progEnv + "=" + prog}, env...)...)
+	return progs.Run(t, n, prog, ft, env...)
 }
 
 func runOK(t *testing.T, n int, prog string, env ...string) string {
 	t.Helper()
-	return jobtest.JobOK(t, n, append([]string{progEnv + "=" + prog}, env...)...)
+	return progs.OK(t, n, prog, env...)
 }
 
 // Affine is f(x) = A·x + B mod 1000003; composing them is associative but
@@ -402,7 +382,7 @@ func composeOver(n, k int) []Affine {
 	return out
 }
 
-func init() { progs["all"] = progAll }
+func init() { progs.Add("all", progAll) }
 
 func TestEveryCollective(t *testing.T) {
 	for _, n := range []int{2, 3, 4, 7, 8} {

@@ -20,12 +20,12 @@ import (
 )
 
 func init() {
-	progs["big"] = progBig
-	progs["nonblocking"] = progNonblocking
-	progs["ops"] = progOps
-	progs["bad"] = progBad
-	progs["kill"] = progKill
-	progs["chunks"] = progChunks
+	progs.Add("big", progBig)
+	progs.Add("nonblocking", progNonblocking)
+	progs.Add("ops", progOps)
+	progs.Add("bad", progBad)
+	progs.Add("kill", progKill)
+	progs.Add("chunks", progChunks)
 }
 
 // Triple is a 12-byte element: the staged chunks of the shared_chunks
@@ -490,7 +490,7 @@ func TestRankKilled(t *testing.T) {
 	}
 }
 
-func init() { progs["ctx"] = progCtx }
+func init() { progs.Add("ctx", progCtx) }
 
 // progCtx: a blocking collective that a peer never joins returns the
 // context's error once it ends, promptly.

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func init() { progs["allocs"] = progAllocs }
+func init() { progs.Add("allocs", progAllocs) }
 
 // progAllocs: a blocking ping-pong allocates nothing in steady state,
 // eager or rendezvous.

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-func init() { progs["comms"] = progComms }
+func init() { progs.Add("comms", progComms) }
 
 // progComms: dup, split, create and create-group give the right members
 // and orders, and traffic on one communicator never matches another's.

@@ -20,16 +20,16 @@ import (
 )
 
 func init() {
-	progs["kill"] = progKill
-	progs["crash"] = progCrash
-	progs["dieearly"] = func(context.Context, *Endpoint) error { return nil }
-	preInit["dieearly"] = func() {
+	progs.Add("kill", progKill)
+	progs.Add("crash", progCrash)
+	progs.Add("dieearly", func(context.Context, *Endpoint) error { return nil })
+	progs.BeforeInit("dieearly", func() {
 		testHookBeforeUnlink = func(ep *Endpoint) {
 			if ep.rank == 1 {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
 		}
-	}
+	})
 }
 
 // progKill: rank 2 tells rank 0 the time and SIGKILLs itself, with rank

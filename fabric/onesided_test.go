@@ -12,7 +12,7 @@ import (
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
-func init() { progs["onesided"] = progOneSided }
+func init() { progs.Add("onesided", progOneSided) }
 
 // progOneSided: every rank exposes 1 MiB; each writes into and reads back
 // from its right neighbour's memory (from Go memory, staged, and from

@@ -13,13 +13,13 @@ import (
 )
 
 func init() {
-	progs["sizes"] = progSizes
-	progs["order"] = progOrder
-	progs["fair"] = progFair
-	progs["many"] = progMany
-	progs["cancel"] = progCancel
-	progs["probe"] = progProbe
-	progs["badinput"] = progBadInput
+	progs.Add("sizes", progSizes)
+	progs.Add("order", progOrder)
+	progs.Add("fair", progFair)
+	progs.Add("many", progMany)
+	progs.Add("cancel", progCancel)
+	progs.Add("probe", progProbe)
+	progs.Add("badinput", progBadInput)
 }
 
 func pattern(n, seed int) []byte {
@@ -388,7 +388,7 @@ func progBadInput(ctx context.Context, ep *Endpoint) error {
 
 func TestBadInput(t *testing.T) { runOK(t, 2, "badinput") }
 
-func init() { progs["progress"] = progProgress }
+func init() { progs.Add("progress", progProgress) }
 
 // progProgress: with a progress goroutine, rank 0's endpoint drains 200
 // sends of 16 KiB (three rings' worth) while its main goroutine sleeps,

@@ -17,8 +17,8 @@ import (
 )
 
 func init() {
-	progs["pipeline"] = progPipeline
-	progs["pipekill"] = progPipeKill
+	progs.Add("pipeline", progPipeline)
+	progs.Add("pipekill", progPipeKill)
 }
 
 // progPipeline: two ranks move rendezvous messages both ways at once —

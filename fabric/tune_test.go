@@ -18,8 +18,8 @@ import (
 )
 
 func init() {
-	progs["bind"] = progBind
-	preInit["bind"] = pinForTest
+	progs.Add("bind", progBind)
+	progs.BeforeInit("bind", pinForTest)
 }
 
 // pinForTest confines every thread of the process to the CPU

@@ -57,17 +57,17 @@ func TestVerbsPointToPoint(t *testing.T) {
 }
 
 func init() {
-	progs["mixed"] = progMixed
-	preInit["mixed"] = twoNodes
-	progs["vkill"] = progVerbsKill
-	preInit["vkill"] = func() {
+	progs.Add("mixed", progMixed)
+	progs.BeforeInit("mixed", twoNodes)
+	progs.Add("vkill", progVerbsKill)
+	progs.BeforeInit("vkill", func() {
 		twoNodes()
 		// Only the fabric's own means may notice the failure: no
 		// launcher notices.
 		os.Unsetenv("RIVET_FT_FD")
-	}
-	progs["flood"] = progFlood
-	progs["direct"] = progDirect
+	})
+	progs.Add("flood", progFlood)
+	progs.Add("direct", progDirect)
 }
 
 // twoNodes puts ranks 0 and 1 on node "a" and the others on node "b".
@@ -404,7 +404,7 @@ func TestVerbsFlood(t *testing.T) {
 	}
 }
 
-func init() { progs["portdown"] = progPortDown }
+func init() { progs.Add("portdown", progPortDown) }
 
 // progPortDown: rank 0 takes its device's netdev down and up again; both
 // ranks see their peer suspect (Health wraps ErrNoRoute) and then healthy
@@ -466,7 +466,7 @@ func TestVerbsPortDown(t *testing.T) {
 	t.Log(out)
 }
 
-func init() { progs["lazy"] = progLazy }
+func init() { progs.Add("lazy", progLazy) }
 
 // progLazy: connections are made on first use. Ranks 0-1 and 2-3 talk in
 // pairs; until then, and after, no process has a queue pair for the other

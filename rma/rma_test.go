@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -26,68 +25,33 @@ import (
 // shared memory on the host and over verbs, and both, in the soft-RoCE VM.
 const progEnv = "RIVET_RMA_PROG"
 
-var progs = map[string]func(ctx context.Context, ep *fabric.Endpoint) error{}
-
-type progFailure struct{ error }
-
-func failf(format string, args ...any) { panic(progFailure{fmt.Errorf(format, args...)}) }
-
-func must(err error, what string) {
-	if err != nil {
-		failf("%s: %v", what, err)
-	}
-}
-
-func TestMain(m *testing.M) {
-	if name := os.Getenv(progEnv); name != "" {
-		os.Exit(runProg(name))
-	}
-	os.Exit(m.Run())
-}
-
-func runProg(name string) (status int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
-	defer cancel()
-	if os.Getenv("RMA_TWO_NODES") == "1" {
-		r, _ := strconv.Atoi(os.Getenv("PMI_RANK"))
-		os.Setenv("RIVET_NODE", []string{"a", "b"}[min(r/2, 1)])
-	}
-	ep, err := fabric.Init(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "init:", err)
-		return 1
-	}
-	rank := ep.World().Rank()
-	defer func() {
-		if p := recover(); p != nil {
-			if f, ok := p.(progFailure); ok {
-				fmt.Fprintf(os.Stderr, "rank %d: %v\n", rank, f.error)
-			} else {
-				fmt.Fprintf(os.Stderr, "rank %d: panic: %v\n%s", rank, p, debug.Stack())
-			}
-			status = 1
+// progs are the programs the tests run as the ranks of a job.
+var progs = jobtest.Programs[*fabric.Endpoint]{
+	Env: progEnv,
+	Init: func(ctx context.Context) (*fabric.Endpoint, error) {
+		// Two pretend nodes, ranks 0–1 and the rest: shared memory
+		// within each, verbs between them.
+		if os.Getenv("RMA_TWO_NODES") == "1" {
+			r, _ := strconv.Atoi(os.Getenv("PMI_RANK"))
+			os.Setenv("RIVET_NODE", []string{"a", "b"}[min(r/2, 1)])
 		}
-	}()
-	if err := progs[name](ctx, ep); err != nil {
-		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rank, err)
-		return 1
-	}
-	if err := ep.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "rank %d: close: %v\n", rank, err)
-		return 1
-	}
-	// Every window freed its memory and mappings.
-	if maps, _ := os.ReadFile("/proc/self/maps"); strings.Count(string(maps), "memfd:rivet") > 0 {
-		fmt.Fprintf(os.Stderr, "rank %d: window memory still mapped after Free and Close\n", rank)
-		return 1
-	}
-	fmt.Printf("rank %d ok\n", rank)
-	return 0
+		return fabric.Init(ctx)
+	},
+	Close:   (*fabric.Endpoint).Close,
+	Rank:    func(ep *fabric.Endpoint) int { return ep.World().Rank() },
+	Timeout: 240 * time.Second,
 }
+
+func TestMain(m *testing.M) { progs.Main(m) }
+
+var (
+	failf = jobtest.Failf
+	must  = jobtest.Must
+)
 
 func runOK(t *testing.T, n int, prog string, env ...string) string {
 	t.Helper()
-	return jobtest.JobOK(t, n, append([]string{progEnv + "=" + prog}, env...)...)
+	return progs.OK(t, n, prog, env...)
 }
 
 // providers are the ways a test runs: over shared memory on the host;
@@ -133,13 +97,13 @@ func TestPSCWGroups(t *testing.T) { run(t, "pscw", 3, 4) }
 func TestAllocs(t *testing.T)     { run(t, "allocs", 2) }
 
 func init() {
-	progs["model"] = progModel
-	progs["atomic"] = progAtomic
-	progs["locks"] = progLocks
-	progs["sleep"] = progSleep
-	progs["bad"] = progBad
-	progs["pscw"] = progPSCW
-	progs["allocs"] = progAllocs
+	progs.Add("model", progModel)
+	progs.Add("atomic", progAtomic)
+	progs.Add("locks", progLocks)
+	progs.Add("sleep", progSleep)
+	progs.Add("bad", progBad)
+	progs.Add("pscw", progPSCW)
+	progs.Add("allocs", progAllocs)
 }
 
 // window is one made for a test: its memory here, how to free it, and
