@@ -397,9 +397,19 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	c := ep.World()
 	me, n := c.Rank(), c.Size()
 	which := os.Getenv("RIVET_COLL_KILL")
+	// The others tell rank 2 they are about to enter the collective; it
+	// dies once all have.
+	const ready = 99
 	if me == 2 {
-		time.Sleep(50 * time.Millisecond) // the others are waiting in the collective by now
+		for r := 0; r < n-1; r++ {
+			if _, err := c.Recv(ctx, make([]byte, 1), fabric.AnySource, ready); err != nil {
+				return err
+			}
+		}
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	if err := c.Send(ctx, []byte{1}, 2, ready); err != nil {
+		return err
 	}
 	t0 := time.Now()
 	var err error
@@ -496,10 +506,14 @@ func init() { progs.Add("ctx", progCtx) }
 // context's error once it ends, promptly.
 func progCtx(ctx context.Context, ep *fabric.Endpoint) error {
 	c := ep.World()
+	// Rank 1 never joins the collectives: it waits for rank 0 to say that
+	// they are over.
+	const done = 77
 	if c.Rank() == 1 {
-		time.Sleep(400 * time.Millisecond) // never joins the collective
-		return nil
+		_, err := c.Recv(ctx, make([]byte, 1), 0, done)
+		return err
 	}
+	defer c.Send(ctx, []byte{1}, 1, done)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()

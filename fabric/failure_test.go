@@ -40,9 +40,11 @@ func progKill(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
 	switch w.Rank() {
 	case 2:
+		// Rank 1's request to send has arrived once Probe sees it.
+		_, err := w.Probe(ctx, 1, 2)
+		must(err, "probe rank 1's send")
 		now := time.Now().UnixNano()
 		must(w.Send(ctx, []byte(strconv.FormatInt(now, 10)), 0, 1), "send time")
-		time.Sleep(20 * time.Millisecond) // rank 1's request to send reaches us
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	case 0:

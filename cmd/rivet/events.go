@@ -13,6 +13,10 @@ import (
 	"github.com/rivet-hpc/rivet/hw"
 )
 
+// testHookWatching runs once the watch has subscribed: no event after it
+// is missed.
+var testHookWatching = func() {}
+
 func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rivet events", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object per event")
@@ -23,6 +27,7 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	testHookWatching()
 	enc := json.NewEncoder(stdout)
 	for e := range events {
 		if e.Kind == hw.EventError {

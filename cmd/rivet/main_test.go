@@ -153,6 +153,9 @@ func TestRXEAddDelete(t *testing.T) {
 	defer exec.Command("ip", "link", "del", "rvc0").Run()
 
 	// rivet events runs throughout and must report the port going down.
+	watching := make(chan struct{})
+	testHookWatching = func() { close(watching) }
+	defer func() { testHookWatching = func() {} }()
 	ctx, cancel := context.WithCancel(context.Background())
 	var events syncBuffer
 	eventsDone := make(chan int)
@@ -163,7 +166,11 @@ func TestRXEAddDelete(t *testing.T) {
 			t.Errorf("rivet events exited %d: %s", st, events.String())
 		}
 	}()
-	time.Sleep(100 * time.Millisecond) // let it subscribe
+	select {
+	case <-watching:
+	case st := <-eventsDone:
+		t.Fatalf("rivet events exited %d before it watched: %s", st, events.String())
+	}
 
 	out, stderr, status := rivet("rxe", "add", "rvcli0", "rvc0")
 	if status != 0 || out != "added rvcli0 on rvc0\n" {
@@ -447,7 +454,6 @@ func TestPerfRuntimeSettings(t *testing.T) {
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond) // the client retries its connection for a while, too
 		cli := command(ctx, "0", append(args, "127.0.0.1")...)
 		cli.Env = srv.Env
 		out, err := cli.CombinedOutput()

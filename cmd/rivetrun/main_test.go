@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -18,7 +19,7 @@ import (
 // signals a real rivetrun process.
 func TestMain(m *testing.M) {
 	if os.Getenv("RIVETRUN_HELPER") == "1" {
-		os.Exit(run([]string{"-n", "2", "sh", "-c", `trap 'echo got INT; kill $! 2>/dev/null; exit 3' INT; sleep 30 & wait`}, os.Stdout, os.Stderr))
+		os.Exit(run([]string{"-n", "2", "sh", "-c", `trap 'echo got INT; kill $! 2>/dev/null; exit 3' INT; echo ready; sleep 30 & wait`}, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -98,12 +99,19 @@ func TestSignalForwarded(t *testing.T) {
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "RIVETRUN_HELPER=1")
-	var out bytes.Buffer
+	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	// Both ranks have their trap set (and rivetrun, which catches
+	// signals before it starts a rank, its handler) once both say ready.
+	for deadline := time.Now().Add(30 * time.Second); strings.Count(out.String(), "ready") < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("the ranks never said ready:\n%s", out.String())
+		}
+	}
 	cmd.Process.Signal(os.Interrupt)
 	err = cmd.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+2 {
@@ -139,4 +147,23 @@ func TestFT(t *testing.T) {
 	if !strings.Contains(errs, "rank 1 was killed by signal 9 (killed); the others go on (-ft)") {
 		t.Errorf("stderr:\n%s", errs)
 	}
+}
+
+// syncBuffer is a bytes.Buffer that a process's output and the test may
+// use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -121,6 +121,11 @@ func newJobID() string {
 }
 
 func (j *job) run(ctx context.Context, path string, args []string) int {
+	// Signals are caught before the first rank starts: one that arrives
+	// while ranks start is forwarded once they have, not lost.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	jobid := newJobID()
 	srv := pmi.NewServer(j.N, jobid)
 	exits := make(chan exit, j.N)
@@ -204,9 +209,6 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 		}()
 	}
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 
 	// status is the first failure's: a forwarded signal, or the first rank
 	// to fail; once the job is stopping, later exits do not change it.

@@ -118,7 +118,7 @@ func TestWatchStart(t *testing.T) {
 	expired := make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() {
-		watchStart(context.Background(), path, 2*time.Second, func() { expired <- struct{}{} })
+		watchStart(context.Background(), path, time.Minute, func() { expired <- struct{}{} })
 		close(done)
 	}()
 	time.Sleep(300 * time.Millisecond)
