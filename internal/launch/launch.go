@@ -209,7 +209,6 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 		}()
 	}
 
-
 	// status is the first failure's: a forwarded signal, or the first rank
 	// to fail; once the job is stopping, later exits do not change it.
 	status, stopping := 0, false
