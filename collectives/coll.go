@@ -34,13 +34,6 @@ import (
 	"github.com/rivet-hpc/rivet/op"
 )
 
-// ErrCount is returned for counts or buffers that do not fit the call.
-var ErrCount = fmt.Errorf("collectives: counts and buffers do not fit: %w", fabric.ErrInvalid)
-
-// ErrType is returned for element types that hold pointers: their bytes
-// mean nothing in another process.
-var ErrType = fmt.Errorf("collectives: element type holds pointers: %w", fabric.ErrInvalid)
-
 func checkType[T any]() error {
 	if !elem.Plain[T]() {
 		return fmt.Errorf("%w: %v", ErrType, reflect.TypeFor[T]())

@@ -287,10 +287,6 @@ func (e *engine) progress() int {
 	return n
 }
 
-// ErrAborted is the error of a collective whose wait was abandoned (its
-// context ended): it was withdrawn at this process.
-var ErrAborted = errors.New("fabric: collective aborted")
-
 // cancel cancels r if no data of it has moved yet, and aborts a schedule.
 func (e *engine) cancel(r *op) bool {
 	switch r.state {

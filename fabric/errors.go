@@ -49,6 +49,25 @@ var (
 	ErrClosed = errors.New("fabric: endpoint closed")
 )
 
+// Errors of requests, schedules and collectives.
+var (
+	// ErrMismatch is returned when the processes of a collective disagree
+	// on its arguments (a count, a root, an operation) as far as the
+	// messages show.
+	ErrMismatch = errors.New("fabric: collective arguments differ between processes")
+
+	// ErrScheduleStarted is returned when a schedule is changed after Start.
+	ErrScheduleStarted = errors.New("fabric: schedule already started")
+
+	// ErrRequestDone is returned for a copy of a Request handle whose
+	// operation was already completed through another copy.
+	ErrRequestDone = errors.New("fabric: request already completed")
+
+	// ErrAborted is the error of a collective whose wait was abandoned (its
+	// context ended): it was withdrawn at this process.
+	ErrAborted = errors.New("fabric: collective aborted")
+)
+
 // errPeerGone is what a provider says when the peer's process is gone;
 // the engine turns it into a PeerError.
 var errPeerGone = errors.New("peer process is gone")

@@ -33,10 +33,6 @@ type Request struct {
 	gen uint64
 }
 
-// ErrRequestDone is returned for a copy of a Request handle whose
-// operation was already completed through another copy.
-var ErrRequestDone = errors.New("fabric: request already completed")
-
 // op is the fabric's side of an operation in progress; ops are pooled.
 type op struct {
 	e      *engine

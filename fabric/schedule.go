@@ -131,13 +131,6 @@ type schedMsg struct {
 	peer int // rank in the communicator
 }
 
-// ErrMismatch is returned when the processes of a collective disagree on its arguments
-// (a count, a root, an operation) as far as the messages show.
-var ErrMismatch = errors.New("fabric: collective arguments differ between processes")
-
-// ErrScheduleStarted is returned when a schedule is changed after Start.
-var ErrScheduleStarted = errors.New("fabric: schedule already started")
-
 // NewSchedule begins a schedule on c, taking c's next collective sequence
 // number. Add rounds with Send, Recv, Then (and the other steps) and
 // Next, then Start it. Schedules are reused once their Request completes:

@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rivet-hpc/rivet/hw"
 	"github.com/rivet-hpc/rivet/internal/pmi"
 )
 
@@ -49,15 +48,6 @@ type Bootstrap interface {
 type JobNamer interface {
 	JobID() string
 }
-
-// ErrNoSecret is returned when a job's processes would meet over TCP
-// without the secret that keeps others out.
-var ErrNoSecret = errors.New("bootstrap: RIVET_JOB_SECRET is not set")
-
-// ErrNotFound is returned by Get for a key the rank did not put. It is
-// hw.ErrNotFound, as fabric.ErrNotFound is, so one errors.Is test
-// covers every layer.
-var ErrNotFound = hw.ErrNotFound
 
 // Detect finds the job this process belongs to, in this order:
 // PMI-2/PMI-1 over PMI_FD or PMI_PORT (Hydra's mpiexec, srun --mpi=pmi2,

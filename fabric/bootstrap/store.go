@@ -9,7 +9,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -26,9 +25,6 @@ import (
 // PMI message both sides prove they hold the job's secret, HMAC-SHA256
 // challenge and response in both directions, so the secret never crosses
 // the wire and neither a stranger nor a rogue listener gets in.
-
-// ErrDenied is returned when the other side does not prove the job secret.
-var ErrDenied = errors.New("bootstrap: the job secret does not match")
 
 const storeHello = "rivet-store/1"
 

@@ -1,0 +1,24 @@
+//go:build linux
+
+package bootstrap
+
+import (
+	"errors"
+
+	"github.com/rivet-hpc/rivet/hw"
+)
+
+// Errors of the bootstrap; match them with errors.Is.
+var (
+	// ErrNoSecret is returned when a job's processes would meet over TCP
+	// without the secret that keeps others out.
+	ErrNoSecret = errors.New("bootstrap: RIVET_JOB_SECRET is not set")
+
+	// ErrNotFound is returned by Get for a key the rank did not put. It is
+	// hw.ErrNotFound, as fabric.ErrNotFound is, so one errors.Is test
+	// covers every layer.
+	ErrNotFound = hw.ErrNotFound
+
+	// ErrDenied is returned when the other side does not prove the job secret.
+	ErrDenied = errors.New("bootstrap: the job secret does not match")
+)
