@@ -65,7 +65,8 @@ echo "== fuzzing the wire decoders, ${RIVET_FUZZTIME:-10s} each"
 # with the tests above; here each target also explores for a bounded time.
 for target in "FuzzV1 ./internal/pmi" "FuzzV2 ./internal/pmi" "FuzzParseHostlist ./fabric/bootstrap" \
 	"FuzzRemoteMem ./fabric" "FuzzNotice ./fabric" "FuzzParseGID ./hw" \
-	"FuzzGetVerbs ./fabric/internal/wire" "FuzzReadHello ./fabric/internal/wire"; do
+	"FuzzGetVerbs ./fabric/internal/wire" "FuzzReadHello ./fabric/internal/wire" \
+	"FuzzStoreServer ./fabric/bootstrap" "FuzzStoreClient ./fabric/bootstrap"; do
 	set -- $target
 	go test -run '^$' -fuzz "^$1\$" -fuzztime "${RIVET_FUZZTIME:-10s}" "$2" >/tmp/rivet-fuzz.log 2>&1 ||
 		{ cat /tmp/rivet-fuzz.log; echo "test.sh: $1 failed (the crasher is in $2/testdata/fuzz/$1)" >&2; exit 1; }
