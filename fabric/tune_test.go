@@ -15,6 +15,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/internal/jobtest"
 	"github.com/rivet-hpc/rivet/internal/sysmon"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 func init() {
@@ -48,7 +49,6 @@ func progBind(ctx context.Context, ep *Endpoint) error {
 	if err != nil {
 		return err
 	}
-	cpus := map[string]bool{}
 	idle := 0 // threads under SCHED_IDLE
 	for _, t := range tasks {
 		tid, err := strconv.Atoi(t.Name())
@@ -58,23 +58,8 @@ func progBind(ctx context.Context, ep *Endpoint) error {
 		if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy == unix.SCHED_IDLE {
 			idle++
 		}
-		var set unix.CPUSet
-		if err := unix.SchedGetaffinity(tid, &set); err != nil {
-			continue // the thread has gone
-		}
-		var on []string
-		for c := 0; c < len(set)*64; c++ {
-			if set.IsSet(c) {
-				on = append(on, strconv.Itoa(c))
-			}
-		}
-		cpus[strings.Join(on, ",")] = true
 	}
-	var masks []string
-	for m := range cpus {
-		masks = append(masks, m)
-	}
-	fmt.Printf("rank %d: cpus %v, sysmon %s (%d idle), oversubscribed %v, gomaxprocs %d\n", ep.World().Rank(), masks, sysmon.State(), idle, ep.e.spin < 4096, runtime.GOMAXPROCS(0))
+	fmt.Printf("rank %d: cpus %v, sysmon %s (%d idle), oversubscribed %v, gomaxprocs %d\n", ep.World().Rank(), testutil.ThreadCPUs(), sysmon.State(), idle, ep.e.spin < 4096, runtime.GOMAXPROCS(0))
 	return nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -157,7 +156,7 @@ func TestRXEAddDelete(t *testing.T) {
 	testHookWatching = func() { close(watching) }
 	defer func() { testHookWatching = func() {} }()
 	ctx, cancel := context.WithCancel(context.Background())
-	var events syncBuffer
+	var events testutil.SyncBuffer
 	eventsDone := make(chan int)
 	go func() { eventsDone <- run(ctx, []string{"events"}, &events, &events) }()
 	defer func() {
@@ -310,24 +309,6 @@ func field(s, key string) string {
 	return ""
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestHostBench: run alone, rivet bench launches two ranks of itself on
 // shared memory and prints OSU's tables.
 func TestHostBench(t *testing.T) {
@@ -478,7 +459,7 @@ func TestPerfInterrupt(t *testing.T) {
 		defer cancel()
 		srv := exec.CommandContext(ctx, os.Args[0], args...)
 		srv.Env = asMain()
-		var srvOut, cliOut syncBuffer
+		var srvOut, cliOut testutil.SyncBuffer
 		srv.Stdout, srv.Stderr = &srvOut, &srvOut
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)

@@ -10,9 +10,10 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 // TestMain lets the test binary act as rivetrun itself, for the test that
@@ -99,7 +100,7 @@ func TestSignalForwarded(t *testing.T) {
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "RIVETRUN_HELPER=1")
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -147,23 +148,4 @@ func TestFT(t *testing.T) {
 	if !strings.Contains(errs, "rank 1 was killed by signal 9 (killed); the others go on (-ft)") {
 		t.Errorf("stderr:\n%s", errs)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a process's output and the test may
-// use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

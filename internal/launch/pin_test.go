@@ -8,13 +8,12 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 // childEnv makes the test binary report its start instead of testing.
@@ -32,28 +31,7 @@ func TestMain(m *testing.M) {
 // thread's CPU mask and the tuning variable.
 func reportStart() {
 	procs := runtime.GOMAXPROCS(0)
-	masks := map[string]bool{}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, t := range tasks {
-		tid, _ := strconv.Atoi(t.Name())
-		var set unix.CPUSet
-		if unix.SchedGetaffinity(tid, &set) != nil {
-			continue
-		}
-		var on []string
-		for c := 0; c < len(set)*64; c++ {
-			if set.IsSet(c) {
-				on = append(on, strconv.Itoa(c))
-			}
-		}
-		masks[strings.Join(on, ",")] = true
-	}
-	var list []string
-	for m := range masks {
-		list = append(list, m)
-	}
-	sort.Strings(list)
-	fmt.Printf("gomaxprocs %d cpus %v tune %q\n", procs, list, os.Getenv(TuneEnv))
+	fmt.Printf("gomaxprocs %d cpus %v tune %q\n", procs, testutil.ThreadCPUs(), os.Getenv(TuneEnv))
 }
 
 // TestBind: with Bind, rank r runs on CPU r mod NumCPU from its start —
