@@ -47,9 +47,9 @@ type engine struct {
 	// direct is the world rank whose frames a blocking receive is
 	// reading itself (recvDirect), -1 if none: polls leave them to it.
 	direct int
-	fin    wire.Header // a FIN being sent; here so that it does not escape to the heap
-	sh     wire.Header // a short message's, sent by sendNow; likewise
-	pl     payload     // an unexpected message being received, likewise
+	fin    wire.Header  // a FIN being sent; here so that it does not escape to the heap
+	sh     wire.Header  // a short message's, sent by sendNow; likewise
+	pl     wire.Payload // an unexpected message being received, likewise
 }
 
 func newEngine(me, size int) *engine {
@@ -73,7 +73,7 @@ func matches(ctx uint32, src, tag int, h *wire.Header) bool {
 }
 
 // deliver takes one arrived frame from world rank peer.
-func (e *engine) deliver(peer int, h *wire.Header, p *payload) {
+func (e *engine) deliver(peer int, h *wire.Header, p *wire.Payload) {
 	if h.Kind == wire.FIN {
 		if r := e.rdv[h.ID]; r != nil {
 			delete(e.rdv, h.ID)
@@ -95,12 +95,12 @@ func (e *engine) deliver(peer int, h *wire.Header, p *payload) {
 		u = &op{e: e, kind: reqUnexp}
 	}
 	u.h, u.peer = *h, peer
-	u.buf = p.appendTo(u.buf[:0])
+	u.buf = p.AppendTo(u.buf[:0])
 	e.unexp.push(u)
 }
 
 // receive completes receive r with a matched message.
-func (e *engine) receive(r *op, peer int, h *wire.Header, p *payload) {
+func (e *engine) receive(r *op, peer int, h *wire.Header, p *wire.Payload) {
 	n := int(h.Size)
 	var err error
 	if n > len(r.buf) {
@@ -109,7 +109,7 @@ func (e *engine) receive(r *op, peer int, h *wire.Header, p *payload) {
 	}
 	switch h.Kind {
 	case wire.Eager:
-		p.copyTo(r.buf[:n])
+		p.CopyTo(r.buf[:n])
 	case wire.RTS:
 		r.status = Status{Source: int(h.Src), Tag: int(h.Tag), Count: n}
 		r.err = err
@@ -588,7 +588,7 @@ func (e *engine) markFailedNow(peer int, cause error) {
 type selfProvider struct {
 	q    []selfFrame
 	head int
-	pl   payload
+	pl   wire.Payload
 }
 
 type selfFrame struct {
@@ -619,7 +619,7 @@ func (s *selfProvider) poll(e *engine, budget int) int {
 		// deliver may send to ourselves and grow the queue: work on copies.
 		f := s.q[s.head]
 		s.head++
-		s.pl = payload{flat: f.data}
+		s.pl = wire.Payload{Flat: f.data}
 		e.deliver(e.me, &f.h, &s.pl)
 	}
 	if s.head == len(s.q) {

@@ -221,7 +221,7 @@ func (c *Comm) postRecv(r *op, buf []byte, src, tag int, ctxID uint32) {
 	for u := e.unexp.head; u != nil; u = u.next {
 		if matches(ctxID, src, tag, &u.h) {
 			e.unexp.remove(u)
-			e.pl = payload{flat: u.buf}
+			e.pl = wire.Payload{Flat: u.buf}
 			e.receive(r, u.peer, &u.h, &e.pl)
 			u.next, e.freeU = e.freeU, u
 			return

@@ -3,7 +3,6 @@
 package fabric
 
 import (
-	"slices"
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
@@ -67,39 +66,4 @@ type prober interface {
 // the engine marks that peer failed.
 type failureListener interface {
 	peerFailed(e *engine, peer int, cause error)
-}
-
-// payload is an arrived frame's payload: contiguous (flat), or n bytes
-// of a ring from byte off, wrapping around the ring's end.
-type payload struct {
-	flat []byte
-	ring []byte
-	off  int
-	n    int
-}
-
-func (p *payload) len() int {
-	if p.ring == nil {
-		return len(p.flat)
-	}
-	return p.n
-}
-
-// copyTo copies the payload's first len(dst) bytes into dst.
-func (p *payload) copyTo(dst []byte) {
-	if p.ring == nil {
-		copy(dst, p.flat)
-		return
-	}
-	dst = dst[:min(len(dst), p.n)]
-	m := copy(dst, p.ring[p.off:])
-	copy(dst[m:], p.ring)
-}
-
-// appendTo appends the whole payload to b.
-func (p *payload) appendTo(b []byte) []byte {
-	n := p.len()
-	b = slices.Grow(b, n)[:len(b)+n]
-	p.copyTo(b[len(b)-n:])
-	return b
 }

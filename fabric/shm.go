@@ -61,12 +61,12 @@ type shmProvider struct {
 	path   string // our segment, until unlinked
 	seg    []byte // our segment
 	cells  int
-	local  []int     // world ranks on this node, in rank order; local index = position
-	out    []*shmOut // by world rank; nil for processes on other nodes
-	outs   []*shmOut // by local index
-	in     []shmIn   // by local index, without ourselves
-	next   int       // where the next poll starts, for fairness
-	pl     payload   // the frame being delivered
+	local  []int        // world ranks on this node, in rank order; local index = position
+	out    []*shmOut    // by world rank; nil for processes on other nodes
+	outs   []*shmOut    // by local index
+	in     []shmIn      // by local index, without ourselves
+	next   int          // where the next poll starts, for fairness
+	pl     wire.Payload // the frame being delivered
 	liov   [1]unix.Iovec
 	riov   [1]unix.RemoteIovec
 	selfIx int
@@ -219,11 +219,11 @@ func (s *shmProvider) pollRings(e *engine, budget int) int {
 			}
 			h.Get(c[8:])
 			cells := 1
-			s.pl = payload{}
+			s.pl = wire.Payload{}
 			if limit := frameLimit(h.Kind); limit > 0 {
 				size := int(min(h.Size, limit))
 				off := int(in.head%uint64(s.cells))*shmseg.CellSize + shmseg.CellHeader
-				s.pl = payload{ring: in.ring.Cells, off: off, n: size}
+				s.pl = wire.Payload{Ring: in.ring.Cells, Off: off, N: size}
 				cells = shmseg.CellsFor(size)
 			}
 			if h.Kind >= shmCTS {

@@ -97,7 +97,7 @@ func (s *shmProvider) piping(peer int) bool {
 }
 
 // pipeFrame takes a CTS or a fragment from peer.
-func (s *shmProvider) pipeFrame(e *engine, peer int, h *wire.Header, p *payload) {
+func (s *shmProvider) pipeFrame(e *engine, peer int, h *wire.Header, p *wire.Payload) {
 	if h.Kind == shmCTS {
 		r := e.rdv[h.ID]
 		if r == nil || r.peer != peer || r.state != stRdv {
@@ -112,7 +112,7 @@ func (s *shmProvider) pipeFrame(e *engine, peer int, h *wire.Header, p *payload)
 		return // its receive already failed
 	}
 	rd := &s.reads[i]
-	off, n := int(h.Addr), p.len()
+	off, n := int(h.Addr), p.Len()
 	if off != rd.got || n > len(rd.dst)-off {
 		r := rd.r
 		s.reads = slices.Delete(s.reads, i, i+1)
@@ -120,7 +120,7 @@ func (s *shmProvider) pipeFrame(e *engine, peer int, h *wire.Header, p *payload)
 		return
 	}
 	if !rd.r.orphan { // the abandoned call's buffer is its owner's again
-		p.copyTo(rd.dst[off : off+n])
+		p.CopyTo(rd.dst[off : off+n])
 	}
 	rd.got += n
 	if rd.got == len(rd.dst) {

@@ -163,7 +163,7 @@ type verbsProvider struct {
 	wcs          [32]verbs.WorkCompletion
 	sge          [1]verbs.SGE
 	wr           [1]verbs.SendWR
-	pl           payload
+	pl           wire.Payload
 }
 
 type peerFault struct {
@@ -671,11 +671,11 @@ func (v *verbsProvider) received(e *engine, w, k, n int) {
 	switch h.Kind {
 	case wire.FIN:
 		v.unstage(h.ID) // the peer has read it
-		v.pl = payload{}
+		v.pl = wire.Payload{}
 	case wire.Eager:
-		v.pl = payload{flat: b[hl:]}
+		v.pl = wire.Payload{Flat: b[hl:]}
 	default:
-		v.pl = payload{}
+		v.pl = wire.Payload{}
 	}
 	e.deliver(p.world, &h, &v.pl)
 	// The buffer is free again (deliver copied the frame out), but it is
