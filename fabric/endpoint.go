@@ -176,13 +176,12 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		}
 	}
 	if len(ep.local) > 1 {
-		shm, err := newShmSegment(segmentPrefix(b), ep.rank, len(ep.local))
+		sp, err := newShmSegment(segmentPrefix(b), ep.rank, len(ep.local), ep.opts.shmPipe)
 		if err != nil {
 			return err
 		}
-		shm.pipeMax = ep.opts.shmPipe
-		ep.shm = shm
-		if err := b.Put(ctx, "shm", []byte(shm.path)); err != nil {
+		ep.shm = sp
+		if err := b.Put(ctx, "shm", []byte(sp.Path())); err != nil {
 			return err
 		}
 	}
@@ -201,7 +200,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			}
 			paths[i] = string(v)
 		}
-		if err := ep.shm.connect(ep.rank, ep.local, paths, pids); err != nil {
+		if err := ep.shm.Connect(ep.rank, ep.local, paths, pids); err != nil {
 			return err
 		}
 		for _, r := range ep.local {
@@ -284,7 +283,7 @@ func (ep *Endpoint) unlinkWhenMapped(ctx context.Context) error {
 	if err := WaitAll(ctx, reqs, nil); err != nil {
 		return fmt.Errorf("fabric: connecting to the processes on this node: %w", err)
 	}
-	ep.shm.unlink()
+	ep.shm.Unlink()
 	return nil
 }
 
@@ -384,7 +383,7 @@ func (ep *Endpoint) Close() error {
 	}
 	ep.e.mu.Lock()
 	if ep.shm != nil {
-		ep.shm.markClosed()
+		ep.shm.MarkClosed()
 	}
 	if ep.verbs != nil {
 		ep.verbs.goodbye()

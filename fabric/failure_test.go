@@ -147,13 +147,14 @@ func TestStaleSegmentSweep(t *testing.T) {
 		}
 		defer os.Remove(p)
 	}
-	s, err := newShmSegment("rivet-test", 0, 2)
+	s, err := newShmSegment("rivet-test", 0, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(s.path)
+	path := s.Path()
+	fi, err := os.Stat(path)
 	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("segment %s: %v, mode %v (want 0600)", s.path, err, fi.Mode())
+		t.Errorf("segment %s: %v, mode %v (want 0600)", path, err, fi.Mode())
 	}
 	s.close()
 	if _, err := os.Stat(deadPath); !os.IsNotExist(err) {
@@ -162,7 +163,7 @@ func TestStaleSegmentSweep(t *testing.T) {
 	if _, err := os.Stat(livePath); err != nil {
 		t.Errorf("a live process's segment was removed: %v", err)
 	}
-	if _, err := os.Stat(s.path); !os.IsNotExist(err) {
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("close left the segment: %v", err)
 	}
 }

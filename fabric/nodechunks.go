@@ -60,7 +60,7 @@ func (c *Comm) nodeAllreduceChunks(ctx context.Context, send, acc []byte, elem i
 	if send == nil {
 		send = acc
 	}
-	shm := c.ep.shm
+	sp := c.ep.shm
 	span := shmseg.Chunk / elem * elem
 	for o := 0; o < len(acc) || o == 0; o += span {
 		n := min(span, len(acc)-o)
@@ -72,24 +72,24 @@ func (c *Comm) nodeAllreduceChunks(ctx context.Context, send, acc []byte, elem i
 			return true, err
 		}
 		if o == 0 {
-			shm.publish(shmseg.WordChunkLen, uint64(len(acc)))
+			sp.Publish(shmseg.WordChunkLen, uint64(len(acc)))
 		}
-		shm.stageIn(send[o:o+n], g, elem)
-		shm.publish(shmseg.WordChunkIn, g)
+		sp.stageIn(send[o:o+n], g, elem)
+		sp.Publish(shmseg.WordChunkIn, g)
 		if err := c.nodeWait(ctx, shmseg.WordChunkIn, g); err != nil {
 			return true, err
 		}
 		if o == 0 {
-			if err := shm.sameLength(len(acc)); err != nil {
+			if err := sp.sameLength(len(acc)); err != nil {
 				return true, err
 			}
 		}
-		shm.stageReduce(send[o:o+n], acc[o:o+n], g, elem, fn)
-		shm.publish(shmseg.WordChunkOut, g)
+		sp.stageReduce(send[o:o+n], acc[o:o+n], g, elem, fn)
+		sp.Publish(shmseg.WordChunkOut, g)
 		if err := c.nodeWait(ctx, shmseg.WordChunkOut, g); err != nil {
 			return true, err
 		}
-		shm.stageOut(acc[o:o+n], g, elem)
+		sp.stageOut(acc[o:o+n], g, elem)
 	}
 	return true, nil
 }
@@ -103,15 +103,15 @@ func share(n, elem, ix, p int) (lo, hi int) {
 
 // stage is the buffer chunk g uses in the segment of local process ix.
 func (s *shmProvider) stage(ix int, g uint64) []byte {
-	off := shmseg.StageOff(len(s.local)) + int(g&1)*shmseg.Chunk
-	return s.segOf(ix)[off : off+shmseg.Chunk : off+shmseg.Chunk]
+	off := shmseg.StageOff(len(s.Local())) + int(g&1)*shmseg.Chunk
+	return s.SegOf(ix)[off : off+shmseg.Chunk : off+shmseg.Chunk]
 }
 
 // stageIn copies the chunk v into this process's buffer for chunk g, all
 // but its own share.
 func (s *shmProvider) stageIn(v []byte, g uint64, elem int) {
-	b := s.stage(s.selfIx, g)
-	lo, hi := share(len(v), elem, s.selfIx, len(s.local))
+	b := s.stage(s.SelfIx(), g)
+	lo, hi := share(len(v), elem, s.SelfIx(), len(s.Local()))
 	copy(b[:lo], v[:lo])
 	copy(b[hi:len(v)], v[hi:])
 }
@@ -120,7 +120,7 @@ func (s *shmProvider) stageIn(v []byte, g uint64, elem int) {
 // process's operand — its own read from v — into its buffer, from the
 // highest rank down, and copies the result into out.
 func (s *shmProvider) stageReduce(v, out []byte, g uint64, elem int, fn func(in, inout []byte)) {
-	p, me := len(s.local), s.selfIx
+	p, me := len(s.Local()), s.SelfIx()
 	lo, hi := share(len(v), elem, me, p)
 	if lo == hi {
 		return
@@ -141,9 +141,9 @@ func (s *shmProvider) stageReduce(v, out []byte, g uint64, elem int, fn func(in,
 
 // stageOut copies the peers' results for chunk g into out.
 func (s *shmProvider) stageOut(out []byte, g uint64, elem int) {
-	p := len(s.local)
+	p := len(s.Local())
 	for ix := 0; ix < p; ix++ {
-		if ix == s.selfIx {
+		if ix == s.SelfIx() {
 			continue
 		}
 		lo, hi := share(len(out), elem, ix, p)
@@ -153,9 +153,9 @@ func (s *shmProvider) stageOut(out []byte, g uint64, elem int) {
 
 // sameLength checks every process's vector length against n.
 func (s *shmProvider) sameLength(n int) error {
-	for ix := range s.local {
-		if l := atomic.LoadUint64(shmseg.Word(s.segOf(ix), shmseg.WordChunkLen)); l != uint64(n) {
-			return fmt.Errorf("%w: rank %d contributed %d bytes to an allreduce, this process %d", ErrMismatch, s.local[ix], l, n)
+	for ix := range s.Local() {
+		if l := atomic.LoadUint64(shmseg.Word(s.SegOf(ix), shmseg.WordChunkLen)); l != uint64(n) {
+			return fmt.Errorf("%w: rank %d contributed %d bytes to an allreduce, this process %d", ErrMismatch, s.Local()[ix], l, n)
 		}
 	}
 	return nil

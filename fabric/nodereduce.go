@@ -66,12 +66,12 @@ func (c *Comm) nodeAllreduce(ctx context.Context, acc []byte, fn func(in, inout 
 		return true, err
 	}
 	c.slotEpoch++
-	d, shm := c.slotEpoch, c.ep.shm
-	shm.slotWrite(acc, d)
+	d, sp := c.slotEpoch, c.ep.shm
+	sp.slotWrite(acc, d)
 	if err := c.nodeWait(ctx, slotOff(d), d); err != nil {
 		return true, err
 	}
-	return true, shm.slotReduce(acc, fn, d)
+	return true, sp.slotReduce(acc, fn, d)
 }
 
 // nodeSync is a blocking barrier through shared memory. It reports false,
@@ -88,7 +88,7 @@ func (c *Comm) nodeSync(ctx context.Context) (bool, error) {
 		return true, err
 	}
 	c.epoch++
-	c.ep.shm.publish(shmseg.WordEpoch, c.epoch)
+	c.ep.shm.Publish(shmseg.WordEpoch, c.epoch)
 	return true, c.nodeWait(ctx, shmseg.WordEpoch, c.epoch)
 }
 
@@ -116,10 +116,10 @@ func (c *Comm) enterNode() error {
 // words without the engine's lock; every few rounds it takes it to make
 // progress on other operations and look for failures.
 func (c *Comm) nodeWait(ctx context.Context, off int, v uint64) error {
-	e, shm := c.e, c.ep.shm
+	e, sp := c.e, c.ep.shm
 	done := ctx.Done()
 	for i := 0; ; i++ {
-		if shm.reached(off, v) {
+		if sp.Reached(off, v) {
 			return nil
 		}
 		if i&15 == 15 || i >= e.spin {
@@ -155,17 +155,9 @@ func slot(seg []byte, d uint64) []byte {
 	return seg[off : off+segSlotSize : off+segSlotSize]
 }
 
-// segOf is the segment of the node's process with local index ix.
-func (s *shmProvider) segOf(ix int) []byte {
-	if ix == s.selfIx {
-		return s.seg
-	}
-	return s.outs[ix].seg
-}
-
 // slotWrite contributes v to node allreduce d.
 func (s *shmProvider) slotWrite(v []byte, d uint64) {
-	sl := slot(s.seg, d)
+	sl := slot(s.Seg(), d)
 	binary.LittleEndian.PutUint64(sl[8:], uint64(len(v)))
 	copy(sl[slotData:], v)
 	atomic.StoreUint64(shmseg.Word(sl, 0), d) // last: a peer that loads d sees the vector
@@ -174,17 +166,17 @@ func (s *shmProvider) slotWrite(v []byte, d uint64) {
 // slotReduce folds every process's contribution to node allreduce d into
 // acc, from the highest rank down: acc = x₀ ⊕ (x₁ ⊕ (… ⊕ xₙ₋₁)).
 func (s *shmProvider) slotReduce(acc []byte, fn func(in, inout []byte), d uint64) error {
-	n := len(s.local)
+	n := len(s.Local())
 	for ix := 0; ix < n; ix++ {
-		if l := binary.LittleEndian.Uint64(slot(s.segOf(ix), d)[8:]); l != uint64(len(acc)) {
-			return fmt.Errorf("%w: rank %d contributed %d bytes to an allreduce, this process %d", ErrMismatch, s.local[ix], l, len(acc))
+		if l := binary.LittleEndian.Uint64(slot(s.SegOf(ix), d)[8:]); l != uint64(len(acc)) {
+			return fmt.Errorf("%w: rank %d contributed %d bytes to an allreduce, this process %d", ErrMismatch, s.Local()[ix], l, len(acc))
 		}
 	}
-	if s.selfIx != n-1 { // the highest rank's acc is its own contribution
-		copy(acc, slot(s.segOf(n-1), d)[slotData:])
+	if s.SelfIx() != n-1 { // the highest rank's acc is its own contribution
+		copy(acc, slot(s.SegOf(n-1), d)[slotData:])
 	}
 	for ix := n - 2; ix >= 0; ix-- {
-		fn(slot(s.segOf(ix), d)[slotData:slotData+len(acc)], acc)
+		fn(slot(s.SegOf(ix), d)[slotData:slotData+len(acc)], acc)
 	}
 	return nil
 }

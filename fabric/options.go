@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/shm"
 	"github.com/rivet-hpc/rivet/verbs"
 )
 
@@ -119,7 +120,7 @@ func buildOptions(opts []Option) (options, error) {
 		// processes with different values never share memory. It exists to
 		// test multi-node jobs on one machine.
 		node:    os.Getenv("RIVET_NODE"),
-		shmPipe: shmPipeMax,
+		shmPipe: shm.DefaultPipeMax,
 		tune:    os.Getenv("RIVET_TUNE_PROCESS") == "1",
 		sysmon:  os.Getenv("RIVET_SYSMON"),
 		verbose: os.Getenv("RIVET_VERBOSE") == "1",

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/shm"
 )
 
 func init() {
@@ -37,7 +39,7 @@ func pattern(n, seed int) []byte {
 // verbs provider moves without staging.
 func progSizes(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
-	sizes := []int{0, 1, 7, 64, 4095, vEager - 1, vEager, vEager + 1, shmEager - 1, shmEager, shmEager + 1,
+	sizes := []int{0, 1, 7, 64, 4095, vEager - 1, vEager, vEager + 1, shm.Eager - 1, shm.Eager, shm.Eager + 1,
 		64 << 10, 64 << 10, 1 << 20, 1 << 20, 4<<20 + 3, 16 << 20, 16 << 20}
 	var mem [][]byte
 	defer func() {
@@ -401,7 +403,7 @@ func progProgress(ctx context.Context, ep *Endpoint) error {
 		go ep.Progress(pctx)
 		time.Sleep(sleep)
 		stop()
-		buf := make([]byte, shmEager)
+		buf := make([]byte, shm.Eager)
 		for i := 0; i < 200; i++ {
 			_, err := w.Recv(ctx, buf, 1, 1)
 			must(err, "recv")
@@ -417,7 +419,7 @@ func progProgress(ctx context.Context, ep *Endpoint) error {
 	}
 	t0 := time.Now()
 	for i := 0; i < 200; i++ {
-		must(w.Send(ctx, make([]byte, shmEager), 0, 1), "send")
+		must(w.Send(ctx, make([]byte, shm.Eager), 0, 1), "send")
 	}
 	return w.Send(ctx, []byte(time.Since(t0).String()), 0, 2)
 }

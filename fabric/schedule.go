@@ -118,7 +118,7 @@ func (st *schedStep) run() error {
 	case stepCopy:
 		copy(st.a, st.b)
 	case stepPublish:
-		st.shm.publish(st.off, st.val)
+		st.shm.Publish(st.off, st.val)
 	default:
 		return st.f()
 	}
@@ -312,7 +312,7 @@ func (e *engine) advance(s *Schedule) bool {
 				return false
 			}
 		}
-		if r := &s.rounds[s.cur]; r.await != 0 && !s.c.ep.shm.reached(r.awaitOff, r.await) {
+		if r := &s.rounds[s.cur]; r.await != 0 && !s.c.ep.shm.Reached(r.awaitOff, r.await) {
 			return false
 		}
 		var err error

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/shm"
 )
 
 func init() {
@@ -29,7 +31,7 @@ func init() {
 func progPipeline(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
 	peer := 1 - w.Rank()
-	sizes := []int{shmEager + 1, shmFrag - 1, shmFrag, shmFrag + 1, 100000, 1 << 20, 3<<20 + 5, testPipeMax, testPipeMax + 1}
+	sizes := []int{shm.Eager + 1, shm.Frag - 1, shm.Frag, shm.Frag + 1, 100000, 1 << 20, 3<<20 + 5, testPipeMax, testPipeMax + 1}
 	for _, n := range sizes {
 		want := pattern(n, w.Rank())
 		got := make([]byte, n)
@@ -73,7 +75,7 @@ func progPipeline(ctx context.Context, ep *Endpoint) error {
 		}
 	}
 	ep.e.mu.Lock()
-	piped, readv := ep.shm.piped, ep.shm.readv
+	piped, readv := ep.shm.Moved()
 	ep.e.mu.Unlock()
 	fmt.Printf("rank %d: piped=%d readv=%d\n", w.Rank(), piped, readv)
 	return nil
@@ -133,7 +135,7 @@ func progPipeKill(ctx context.Context, ep *Endpoint) error {
 	const n = 4 << 20
 	switch w.Rank() {
 	case 2:
-		testHookFragment = func(peer, off int) {
+		shm.TestHookFragment = func(peer, off int) {
 			if peer == 0 && off >= 1<<20 {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {}

@@ -1,8 +1,10 @@
 //go:build linux
 
-package fabric
+package shm
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
@@ -32,40 +34,44 @@ import (
 // gains in latency and in collectives and leaves windows at the reads'
 // bandwidth (docs/performance.md).
 
+// ErrProtocol is the error of a pipelined receive whose fragments do not
+// add up: the sender broke the protocol.
+var ErrProtocol = errors.New("shm: pipeline protocol broken")
+
 // Provider-internal frame kinds; the engine never sees them.
 const (
-	shmCTS  uint32 = 0x100 + iota // the receiver wants message id by pipeline: size bytes of it
-	shmData                       // size bytes of message id, from offset addr
+	frameCTS  uint32 = 0x100 + iota // the receiver wants message id by pipeline: size bytes of it
+	frameData                       // size bytes of message id, from offset addr
 )
 
 const (
-	shmFrag = 32 << 10 // pipeline fragment payload
-	// shmPipeMax is the default pipeline limit, in bytes: larger messages
+	Frag = 32 << 10 // pipeline fragment payload
+	// DefaultPipeMax is the default pipeline limit, in bytes: larger messages
 	// are read with process_vm_readv. It is 0, the pipeline off, because
 	// on the machine it was measured on it won only while the two cores
 	// shared a cache (2–3× at 32 KiB–1 MiB) and lost by up to 2× otherwise,
 	// and the host moved between the two within a run; the single copy
 	// does not care. RIVET_SHM_PIPELINE_MAX turns it on (4194304 was
 	// measured); see docs/performance.md.
-	shmPipeMax = 0
+	DefaultPipeMax = 0
 )
 
-// testHookFragment, when set, runs after each fragment a stream puts in
+// TestHookFragment runs, when set, after each fragment a stream puts in
 // a ring: tests die mid-message with it.
-var testHookFragment func(peer, off int)
+var TestHookFragment func(peer, off int)
 
-// shmStream is a pipelined send in progress: the part of a message its
+// stream is a pipelined send in progress: the part of a message its
 // receiver asked for, and how much of it is in the ring.
-type shmStream struct {
+type stream struct {
 	buf  []byte
 	peer int
 	id   uint64
 	off  int
 }
 
-// shmPipeRead is a pipelined receive in progress.
-type shmPipeRead struct {
-	r     *op
+// pipeRead is a pipelined receive in progress.
+type pipeRead struct {
+	r     any // the engine's receive
 	dst   []byte
 	peer  int
 	id    uint64
@@ -74,20 +80,20 @@ type shmPipeRead struct {
 }
 
 // pipeRead starts receiving message id from peer into dst by pipeline.
-func (s *shmProvider) pipeRead(peer int, r *op, dst []byte, id uint64) {
+func (s *Provider) pipeRead(peer int, req any, dst []byte, id uint64) {
 	s.piped++
-	s.reads = append(s.reads, shmPipeRead{r: r, dst: dst, peer: peer, id: id})
+	s.reads = append(s.reads, pipeRead{r: req, dst: dst, peer: peer, id: id})
 	s.ask(&s.reads[len(s.reads)-1])
 }
 
 // ask sends rd's CTS if there is room; poll retries until there is.
-func (s *shmProvider) ask(rd *shmPipeRead) {
-	s.ctl = wire.Header{Kind: shmCTS, ID: rd.id, Size: uint64(len(rd.dst))}
-	rd.asked = s.send(rd.peer, &s.ctl, nil)
+func (s *Provider) ask(rd *pipeRead) {
+	s.ctl = wire.Header{Kind: frameCTS, ID: rd.id, Size: uint64(len(rd.dst))}
+	rd.asked = s.Send(rd.peer, &s.ctl, nil)
 }
 
 // piping reports whether a message from peer is coming by pipeline.
-func (s *shmProvider) piping(peer int) bool {
+func (s *Provider) piping(peer int) bool {
 	for i := range s.reads {
 		if s.reads[i].peer == peer {
 			return true
@@ -97,14 +103,14 @@ func (s *shmProvider) piping(peer int) bool {
 }
 
 // pipeFrame takes a CTS or a fragment from peer.
-func (s *shmProvider) pipeFrame(e *engine, peer int, h *wire.Header, p *wire.Payload) {
-	if h.Kind == shmCTS {
-		r := e.rdv[h.ID]
-		if r == nil || r.peer != peer || r.state != stRdv {
+func (s *Provider) pipeFrame(e Engine, peer int, h *wire.Header, p *wire.Payload) {
+	if h.Kind == frameCTS {
+		buf, ok := e.Sending(peer, h.ID)
+		if !ok {
 			return // failed or withdrawn meanwhile
 		}
-		n := min(int(h.Size), len(r.buf))
-		s.streams = append(s.streams, shmStream{buf: r.buf[:n], peer: peer, id: h.ID})
+		n := min(int(h.Size), len(buf))
+		s.streams = append(s.streams, stream{buf: buf[:n], peer: peer, id: h.ID})
 		return
 	}
 	i := s.findRead(peer, h.ID)
@@ -116,21 +122,21 @@ func (s *shmProvider) pipeFrame(e *engine, peer int, h *wire.Header, p *wire.Pay
 	if off != rd.got || n > len(rd.dst)-off {
 		r := rd.r
 		s.reads = slices.Delete(s.reads, i, i+1)
-		e.readDone(r, peer, h.ID, procFailed("world rank %d: pipeline fragment at %d+%d of %d bytes, expected %d", peer, off, n, len(rd.dst), rd.got))
+		e.ReadDone(r, peer, h.ID, fmt.Errorf("%w: world rank %d: pipeline fragment at %d+%d of %d bytes, expected %d", ErrProtocol, peer, off, n, len(rd.dst), rd.got))
 		return
 	}
-	if !rd.r.orphan { // the abandoned call's buffer is its owner's again
+	if !e.Abandoned(rd.r) { // the abandoned call's buffer is its owner's again
 		p.CopyTo(rd.dst[off : off+n])
 	}
 	rd.got += n
 	if rd.got == len(rd.dst) {
 		r := rd.r
 		s.reads = slices.Delete(s.reads, i, i+1)
-		e.readDone(r, peer, h.ID, nil)
+		e.ReadDone(r, peer, h.ID, nil)
 	}
 }
 
-func (s *shmProvider) findRead(peer int, id uint64) int {
+func (s *Provider) findRead(peer int, id uint64) int {
 	for i := range s.reads {
 		if s.reads[i].id == id && s.reads[i].peer == peer {
 			return i
@@ -143,7 +149,7 @@ func (s *shmProvider) findRead(peer int, id uint64) int {
 // streams' next fragments. Streams leave room for an eager message, so
 // the engine's own frames are not starved; it returns how many frames
 // went out.
-func (s *shmProvider) pump() int {
+func (s *Provider) pump() int {
 	n := 0
 	for i := range s.reads {
 		if rd := &s.reads[i]; !rd.asked {
@@ -156,16 +162,16 @@ func (s *shmProvider) pump() int {
 		st := &s.streams[i]
 		o := s.out[st.peer]
 		for st.off < len(st.buf) {
-			k := min(shmFrag, len(st.buf)-st.off)
-			if !o.room(shmseg.CellsFor(k)+shmseg.CellsFor(shmEager), s.cells) {
+			k := min(Frag, len(st.buf)-st.off)
+			if !o.room(shmseg.CellsFor(k)+shmseg.CellsFor(Eager), s.cells) {
 				break
 			}
-			s.ctl = wire.Header{Kind: shmData, ID: st.id, Size: uint64(k), Addr: uint64(st.off)}
-			s.send(st.peer, &s.ctl, st.buf[st.off:st.off+k])
+			s.ctl = wire.Header{Kind: frameData, ID: st.id, Size: uint64(k), Addr: uint64(st.off)}
+			s.Send(st.peer, &s.ctl, st.buf[st.off:st.off+k])
 			st.off += k
 			n++
-			if testHookFragment != nil {
-				testHookFragment(st.peer, st.off)
+			if TestHookFragment != nil {
+				TestHookFragment(st.peer, st.off)
 			}
 		}
 		if st.off < len(st.buf) {
@@ -177,9 +183,9 @@ func (s *shmProvider) pump() int {
 	return n
 }
 
-// peerFailed ends the pipelines with world rank peer, which is gone: its
+// PeerFailed ends the pipelines with world rank peer, which is gone: its
 // receives fail with cause, and nothing more is sent to it.
-func (s *shmProvider) peerFailed(e *engine, peer int, cause error) {
+func (s *Provider) PeerFailed(e Engine, peer int, cause error) {
 	for i := 0; i < len(s.streams); {
 		if s.streams[i].peer == peer {
 			s.streams = slices.Delete(s.streams, i, i+1)
@@ -190,7 +196,7 @@ func (s *shmProvider) peerFailed(e *engine, peer int, cause error) {
 	for i := 0; i < len(s.reads); {
 		if rd := s.reads[i]; rd.peer == peer {
 			s.reads = slices.Delete(s.reads, i, i+1)
-			e.readDone(rd.r, peer, rd.id, cause)
+			e.ReadDone(rd.r, peer, rd.id, cause)
 			continue
 		}
 		i++

@@ -1,6 +1,6 @@
 //go:build linux
 
-package fabric
+package shm
 
 import (
 	"bytes"
@@ -18,24 +18,24 @@ import (
 // would pass for the sequence words of later laps. Every frame must come
 // out once, in order, intact — and never a phantom one.
 func TestShmRingFrames(t *testing.T) {
-	a, err := newShmSegment("rivet-test", 0, 2)
+	a, err := New("rivet-test", 0, 2, [8]byte{1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.close()
-	b, err := newShmSegment("rivet-test", 1, 2)
+	defer a.Close()
+	b, err := New("rivet-test", 1, 2, [8]byte{2}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.close()
+	defer b.Close()
 	paths, pids := []string{a.path, b.path}, []int{os.Getpid(), os.Getpid()}
-	if err := a.connect(0, []int{0, 1}, paths, pids); err != nil {
+	if err := a.Connect(0, []int{0, 1}, paths, pids); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.connect(1, []int{0, 1}, paths, pids); err != nil {
+	if err := b.Connect(1, []int{0, 1}, paths, pids); err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(1, 2)
+	e := &frames{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := uint64(a.cells)
 	var want [][]byte
@@ -43,7 +43,7 @@ func TestShmRingFrames(t *testing.T) {
 		for {
 			size := rng.IntN(300)
 			if rng.IntN(8) == 0 {
-				size = rng.IntN(shmEager + 1)
+				size = rng.IntN(Eager + 1)
 			}
 			p := make([]byte, size)
 			o := a.out[1]
@@ -51,7 +51,7 @@ func TestShmRingFrames(t *testing.T) {
 				cell := o.tail + uint64(shmseg.CellHeader+off)/shmseg.CellSize
 				binary.LittleEndian.PutUint64(p[off:], cell+n+1) // the next lap's sequence here
 			}
-			if !a.send(1, &wire.Header{Kind: wire.Eager, Tag: int32(len(want)), Size: uint64(size)}, p) {
+			if !a.Send(1, &wire.Header{Kind: wire.Eager, Tag: int32(len(want)), Size: uint64(size)}, p) {
 				break
 			}
 			want = append(want, p)
@@ -59,23 +59,41 @@ func TestShmRingFrames(t *testing.T) {
 				break
 			}
 		}
-		for b.poll(e, 64) > 0 {
+		for b.Poll(e, 64) > 0 {
 		}
-		for u := e.unexp.head; u != nil; u = u.next {
+		for _, f := range e.got {
 			if len(want) == 0 {
-				t.Fatalf("burst %d: a phantom frame (tag %d, %d bytes)", burst, u.h.Tag, len(u.buf))
+				t.Fatalf("burst %d: a phantom frame (tag %d, %d bytes)", burst, f.tag, len(f.buf))
 			}
-			if !bytes.Equal(u.buf, want[0]) {
-				t.Fatalf("burst %d: frame tag %d: %d bytes differ from the %d sent", burst, u.h.Tag, len(u.buf), len(want[0]))
+			if !bytes.Equal(f.buf, want[0]) {
+				t.Fatalf("burst %d: frame tag %d: %d bytes differ from the %d sent", burst, f.tag, len(f.buf), len(want[0]))
 			}
 			want = want[1:]
 		}
 		if len(want) != 0 {
 			t.Fatalf("burst %d: %d frames sent were not received", burst, len(want))
 		}
-		e.unexp = reqList{}
+		e.got = e.got[:0]
 	}
 	if laps := a.out[1].tail / n; laps < 40 {
 		t.Errorf("only %d laps of the ring", laps)
 	}
 }
+
+// frames is an Engine that keeps the frames delivered to it.
+type frames struct {
+	got []struct {
+		tag int32
+		buf []byte
+	}
+}
+
+func (f *frames) Deliver(peer int, h *wire.Header, p *wire.Payload) {
+	f.got = append(f.got, struct {
+		tag int32
+		buf []byte
+	}{h.Tag, p.AppendTo(nil)})
+}
+func (f *frames) Sending(int, uint64) ([]byte, bool) { return nil, false }
+func (f *frames) Abandoned(any) bool                 { return false }
+func (f *frames) ReadDone(any, int, uint64, error)   {}
