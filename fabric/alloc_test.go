@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 func init() { progs.Add("allocs", progAllocs) }
@@ -77,4 +79,11 @@ func progAllocs(ctx context.Context, ep *Endpoint) error {
 func TestSendRecvAllocateNothing(t *testing.T) {
 	out := runOK(t, 2, "allocs")
 	t.Log(out)
+}
+
+// TestVerbsSendRecvAllocateNothing: the same over the verbs provider
+// (eager sends and receives, and rendezvous reads through staging).
+func TestVerbsSendRecvAllocateNothing(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	t.Log(runOK(t, 2, "allocs", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0]))
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rivet-hpc/rivet/fabric/bootstrap"
+	"github.com/rivet-hpc/rivet/fabric/internal/rdma"
 )
 
 var randRead = rand.Read
@@ -166,12 +167,13 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		if ep.opts.provider == "shm" {
 			return fmt.Errorf("fabric: world rank %d is on another node, and the shm provider was chosen: %w", remote[0], ErrNoRoute)
 		}
-		v, err := newVerbsProvider(ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), ep.opts.qpConfig(), ep.rank, ep.size, remote, &ep.mem, ep.e)
+		v, err := newVerbsProvider(rdma.Config{Device: ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), QP: ep.opts.qpConfig(),
+			Me: ep.rank, Size: ep.size, Peers: remote, Mem: &ep.mem}, ep.e)
 		if err != nil {
 			return fmt.Errorf("%w (world rank %d is reached over verbs)", err, remote[0])
 		}
 		ep.verbs = v
-		if err := b.Put(ctx, "verbs", v.address()); err != nil {
+		if err := b.Put(ctx, "verbs", v.Address()); err != nil {
 			return err
 		}
 	}
@@ -230,7 +232,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 }
 
 // connectVerbs learns the verbs addresses of the peers in remote; the
-// connections themselves are made on first use (see verbs_connect.go).
+// connections themselves are made on first use (see fabric/internal/rdma/connect.go).
 func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 	v := ep.verbs
 	if v == nil {
@@ -242,21 +244,21 @@ func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 		if err != nil {
 			return err
 		}
-		if err := v.setAddr(r, addr); err != nil {
+		if err := v.SetAddr(r, addr); err != nil {
 			return err
 		}
 		ep.e.route[r] = v
 	}
 	ep.e.provs = append(ep.e.provs, v)
 	evctx, cancel := context.WithCancel(context.Background())
-	events, err := v.dev.Events(evctx)
+	events, err := v.Device().Events(evctx)
 	if err != nil {
 		cancel()
 		return fmt.Errorf("fabric: verbs provider: %w", err)
 	}
 	ep.stopEvents = cancel
 	go ep.watchVerbs(events)
-	v.serveHandshakes()
+	v.ServeHandshakes()
 	return nil
 }
 
@@ -353,7 +355,7 @@ func (ep *Endpoint) Device() string {
 	if ep.verbs == nil {
 		return ""
 	}
-	return ep.verbs.dev.Name()
+	return ep.verbs.Device().Name()
 }
 
 // Failed returns the world ranks this process knows to have failed.
@@ -386,7 +388,7 @@ func (ep *Endpoint) Close() error {
 		ep.shm.MarkClosed()
 	}
 	if ep.verbs != nil {
-		ep.verbs.goodbye()
+		ep.verbs.Goodbye()
 	}
 	ep.e.closed = true
 	ep.e.mu.Unlock()
@@ -403,7 +405,7 @@ func (ep *Endpoint) Close() error {
 func (ep *Endpoint) closeProviders() {
 	v := ep.verbs
 	if v != nil {
-		defer v.waitHandshakes() // after the unlock: they take e.mu to finish
+		defer v.WaitHandshakes() // after the unlock: they take e.mu to finish
 	}
 	ep.e.mu.Lock()
 	defer ep.e.mu.Unlock()

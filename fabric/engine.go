@@ -68,10 +68,6 @@ func newEngine(me, size int) *engine {
 	return e
 }
 
-func matches(ctx uint32, src, tag int, h *wire.Header) bool {
-	return ctx == h.Ctx && (src == AnySource || src == int(h.Src)) && (tag == AnyTag || tag == int(h.Tag))
-}
-
 // deliver takes one arrived frame from world rank peer.
 func (e *engine) deliver(peer int, h *wire.Header, p *wire.Payload) {
 	if h.Kind == wire.FIN {
@@ -82,7 +78,7 @@ func (e *engine) deliver(peer int, h *wire.Header, p *wire.Payload) {
 		return
 	}
 	for r := e.posted.head; r != nil; r = r.next {
-		if matches(r.h.Ctx, r.peer, r.tag, h) {
+		if h.Matches(r.h.Ctx, r.peer, r.tag) {
 			e.posted.remove(r)
 			e.receive(r, peer, h, p)
 			return

@@ -158,15 +158,11 @@ func (ep *Endpoint) watchVerbs(events <-chan hw.Event) {
 		}
 		switch ev.Kind {
 		case hw.EventQPError:
-			if p := v.byQPN[ev.QPN]; p != nil && p != v.self {
-				v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("async event %v", ev)})
-			}
+			v.QPError(ev.QPN, fmt.Errorf("async event %v", ev))
 		case hw.EventDeviceFatal:
-			for _, p := range v.byIx {
-				v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("async event %v", ev)})
-			}
+			v.DeviceFatal(fmt.Errorf("async event %v", ev))
 		case hw.EventPortDown:
-			v.portDown = fmt.Errorf("%w: %s port %d is down (%v)", ErrNoRoute, v.dev.Name(), ev.Port, ev.State)
+			v.portDown = fmt.Errorf("%w: %s port %d is down (%v)", ErrNoRoute, v.Device().Name(), ev.Port, ev.State)
 		case hw.EventPortActive:
 			v.portDown = nil
 		}

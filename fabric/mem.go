@@ -30,9 +30,9 @@ type memRegion struct {
 
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
-// lookup returns the registration covering b and b's offset in it: nil
-// when b is not AllocMem memory (or is empty).
-func (m *memRegistry) lookup(pd *verbs.PD, b []byte) (*verbs.MR, uint64, error) {
+// Lookup returns the registration covering b and b's offset in it: nil
+// when b is not AllocMem memory (or is empty). It is rdma.Registry's.
+func (m *memRegistry) Lookup(pd *verbs.PD, b []byte) (*verbs.MR, uint64, error) {
 	r := m.find(b)
 	if r == nil {
 		return nil, 0, nil
@@ -103,9 +103,9 @@ func (m *memRegistry) remove(b []byte) error {
 	return fmt.Errorf("%w: FreeMem of memory neither AllocMem nor MapLocal returned", ErrInvalid)
 }
 
-// deregister drops every registration (the provider is closing); the
-// memory stays the caller's until FreeMem.
-func (m *memRegistry) deregister() {
+// Deregister drops every registration (the provider is closing); the
+// memory stays the caller's until FreeMem. It is rdma.Registry's.
+func (m *memRegistry) Deregister() {
 	for _, r := range m.regions {
 		if r.mr != nil {
 			r.mr.Close()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/rdma"
 	"github.com/rivet-hpc/rivet/verbs"
 )
 
@@ -44,6 +45,11 @@ func (m RemoteMem) AppendBinary(b []byte) ([]byte, error) {
 // MarshalBinary returns m's binary form.
 func (m RemoteMem) MarshalBinary() ([]byte, error) { return m.AppendBinary(nil) }
 
+// at is the n bytes at offset off of m, as the NIC addresses them.
+func (m RemoteMem) at(off uint64, n int) verbs.RemoteBuf {
+	return verbs.RemoteBuf{Addr: m.Addr + off, RKey: m.Key, Len: uint64(n)}
+}
+
 // UnmarshalBinary sets m from its binary form.
 func (m *RemoteMem) UnmarshalBinary(b []byte) error {
 	if len(b) != RemoteMemSize {
@@ -55,30 +61,6 @@ func (m *RemoteMem) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// oneSidedCounts tracks one peer's one-sided operations: how many were
-// issued and how many completed, and the first failure since the last
-// Flush.
-type oneSidedCounts struct {
-	issued, done uint64
-	err          error
-}
-
-func (c *oneSidedCounts) fail(err error) {
-	c.done++
-	if c.err == nil {
-		c.err = err
-	}
-}
-
-// vOneSided is a one-sided operation in flight whose result needs a copy
-// when it completes: a Get into memory not from AllocMem, or an atomic.
-type vOneSided struct {
-	stage  *verbs.MR
-	dst    []byte
-	result *uint64
-	sge    [1]verbs.SGE
-}
-
 // Expose makes b, memory from AllocMem, available to peers' one-sided
 // operations and returns its description for them. It stays exposed
 // until FreeMem.
@@ -88,7 +70,7 @@ func (ep *Endpoint) Expose(b []byte) (RemoteMem, error) {
 	if ep.verbs == nil {
 		return RemoteMem{}, fmt.Errorf("fabric: Expose: one-sided operations need the verbs provider, which this endpoint does not use: %w", ErrNotSupported)
 	}
-	mr, off, err := ep.mem.lookup(ep.verbs.pd, b)
+	mr, off, err := ep.mem.Lookup(ep.verbs.PD(), b)
 	if err != nil {
 		return RemoteMem{}, err
 	}
@@ -103,16 +85,16 @@ func (ep *Endpoint) Expose(b []byte) (RemoteMem, error) {
 // Flush(ctx, peer) returns. It waits (honouring ctx) only if
 // the queue to the peer is full.
 func (ep *Endpoint) Put(ctx context.Context, peer int, m RemoteMem, off uint64, src []byte) error {
-	return ep.oneSided(ctx, peer, m, off, uint64(len(src)), func(v *verbsProvider, p *verbsPeer) (bool, error) {
-		return v.rdma(p, verbs.OpRDMAWrite, m, off, src)
+	return ep.oneSided(ctx, peer, m, off, uint64(len(src)), func(v *verbsProvider) (bool, error) {
+		return v.RDMA(peer, verbs.OpRDMAWrite, m.at(off, len(src)), src)
 	})
 }
 
 // Get starts reading len(dst) bytes of peer's memory m at offset off into
 // dst, which holds them once Flush(ctx, peer) returns.
 func (ep *Endpoint) Get(ctx context.Context, peer int, m RemoteMem, off uint64, dst []byte) error {
-	return ep.oneSided(ctx, peer, m, off, uint64(len(dst)), func(v *verbsProvider, p *verbsPeer) (bool, error) {
-		return v.rdma(p, verbs.OpRDMARead, m, off, dst)
+	return ep.oneSided(ctx, peer, m, off, uint64(len(dst)), func(v *verbsProvider) (bool, error) {
+		return v.RDMA(peer, verbs.OpRDMARead, m.at(off, len(dst)), dst)
 	})
 }
 
@@ -138,14 +120,14 @@ func (ep *Endpoint) atomic(ctx context.Context, peer int, m RemoteMem, off uint6
 	if (m.Addr+off)%8 != 0 {
 		return fmt.Errorf("%w: %s at %#x, which is not 8-byte aligned", ErrInvalid, wr.Op, m.Addr+off)
 	}
-	return ep.oneSided(ctx, peer, m, off, 8, func(v *verbsProvider, p *verbsPeer) (bool, error) {
-		return v.atomic(p, m, off, wr, result)
+	return ep.oneSided(ctx, peer, m, off, 8, func(v *verbsProvider) (bool, error) {
+		return v.Atomic(peer, wr, m.at(off, 8), result)
 	})
 }
 
 // oneSided checks an operation of n bytes at off in m against m's bounds
 // and peer's route, and issues it, waiting for room if needed.
-func (ep *Endpoint) oneSided(ctx context.Context, peer int, m RemoteMem, off, n uint64, issue func(*verbsProvider, *verbsPeer) (bool, error)) error {
+func (ep *Endpoint) oneSided(ctx context.Context, peer int, m RemoteMem, off, n uint64, issue func(*verbsProvider) (bool, error)) error {
 	if peer < 0 || peer >= ep.size {
 		return fmt.Errorf("%w: world rank %d of %d", ErrRank, peer, ep.size)
 	}
@@ -158,15 +140,14 @@ func (ep *Endpoint) oneSided(ctx context.Context, peer int, m RemoteMem, off, n 
 			return true, e.peerError(nil, peer, err)
 		}
 		v := ep.verbs
-		if v == nil || (peer != v.me && !v.isPeer[peer]) {
+		if v == nil || !v.Reaches(peer) {
 			return true, fmt.Errorf("fabric: one-sided operations to world rank %d need the verbs provider (it is reached over %q): %w", peer, ep.Provider(peer), ErrNotSupported)
 		}
-		p := v.oneSidedPeer(peer)
-		if p == nil {
-			v.connect(peer)
-			return false, nil // until connected
+		done, err := issue(v)
+		if errors.Is(err, rdma.ErrTooLong) {
+			err = fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
-		return issue(v, p)
+		return done, err
 	})
 }
 
@@ -179,19 +160,21 @@ func (ep *Endpoint) Flush(ctx context.Context, peer int) error {
 	}
 	e := ep.e
 	return e.waitUntilErr(ctx, func() (bool, error) {
-		v := ep.verbs
-		if v == nil || v.oneSidedPeer(peer) == nil {
+		var c *rdma.Counts
+		if v := ep.verbs; v != nil {
+			c = v.OneSided(peer)
+		}
+		if c == nil {
 			return true, nil // nothing was ever issued to it
 		}
-		c := &v.oneSidedPeer(peer).oneSided
-		if c.done != c.issued {
+		if c.Done != c.Issued {
 			if err := e.failed[peer]; err != nil {
 				return true, e.peerError(nil, peer, err)
 			}
 			return false, nil
 		}
-		err := c.err
-		c.err = nil
+		err := c.Err
+		c.Err = nil
 		return true, err
 	})
 }
@@ -201,25 +184,12 @@ func (ep *Endpoint) Flush(ctx context.Context, peer int) error {
 func (ep *Endpoint) oneSidedCounts(peer int) (issued, completed uint64) {
 	ep.e.mu.Lock()
 	defer ep.e.mu.Unlock()
-	if v := ep.verbs; v != nil && peer >= 0 && peer < ep.size && v.oneSidedPeer(peer) != nil {
-		c := v.oneSidedPeer(peer).oneSided
-		return c.issued, c.done
+	if v := ep.verbs; v != nil && peer >= 0 && peer < ep.size {
+		if c := v.OneSided(peer); c != nil {
+			return c.Issued, c.Done
+		}
 	}
 	return 0, 0
-}
-
-// oneSidedPeer is the queue pair one-sided operations to world rank w
-// take: the peer's, or, for this process itself, a loopback pair — so that
-// its own atomics are atomic with its peers' (both done by the NIC). It
-// is nil while the peer is not connected.
-func (v *verbsProvider) oneSidedPeer(w int) *verbsPeer {
-	if w == v.me {
-		return v.self
-	}
-	if p := v.peers[w]; p != nil && p.ready {
-		return p
-	}
-	return nil
 }
 
 // waitUntilErr makes progress until f, called with e.mu held, reports
@@ -237,105 +207,4 @@ func (e *engine) waitUntilErr(ctx context.Context, f func() (bool, error)) error
 		return werr
 	}
 	return err
-}
-
-// rdma issues an RDMA write of buf (op OpRDMAWrite) or a read into buf.
-// It reports false, issuing nothing, when the queue is full.
-func (v *verbsProvider) rdma(p *verbsPeer, op verbs.Opcode, m RemoteMem, off uint64, buf []byte) (bool, error) {
-	if len(buf) == 0 {
-		return true, nil
-	}
-	if len(buf) > v.maxMsg {
-		return true, fmt.Errorf("%w: a %d-byte one-sided operation (the port's largest message is %d)", ErrInvalid, len(buf), v.maxMsg)
-	}
-	mr, moff, err := v.mem.lookup(v.pd, buf)
-	if err != nil {
-		return true, err
-	}
-	i := v.newOneSided()
-	if i < 0 {
-		return false, nil
-	}
-	o := &v.oneSided[i]
-	if mr == nil {
-		if o.stage, err = v.getStage(len(buf)); err != nil {
-			v.endOneSided(i)
-			return true, err
-		}
-		mr, moff = o.stage, 0
-		if op == verbs.OpRDMAWrite {
-			copy(o.stage.Bytes(), buf)
-		} else {
-			o.dst = buf
-		}
-	}
-	o.sge[0] = verbs.SGE{MR: mr, Offset: moff, Length: uint32(len(buf))}
-	v.wr[0] = verbs.SendWR{ID: wrOneSided | uint64(i), Op: op, Flags: verbs.Signaled, Local: o.sge[:],
-		Remote: verbs.RemoteBuf{Addr: m.Addr + off, RKey: m.Key, Len: uint64(len(buf))}}
-	return v.postOneSided(p, i)
-}
-
-func (v *verbsProvider) atomic(p *verbsPeer, m RemoteMem, off uint64, wr verbs.SendWR, result *uint64) (bool, error) {
-	i := v.newOneSided()
-	if i < 0 {
-		return false, nil
-	}
-	o := &v.oneSided[i]
-	o.result = result
-	o.sge[0] = verbs.SGE{MR: v.atoms, Offset: uint64(i * 8), Length: 8}
-	wr.ID, wr.Flags, wr.Local = wrOneSided|uint64(i), verbs.Signaled, o.sge[:]
-	wr.Remote = verbs.RemoteBuf{Addr: m.Addr + off, RKey: m.Key, Len: 8}
-	v.wr[0] = wr
-	return v.postOneSided(p, i)
-}
-
-func (v *verbsProvider) postOneSided(p *verbsPeer, i int) (bool, error) {
-	if err := p.qp.PostSend(v.wr[:]...); err != nil {
-		v.endOneSided(i)
-		if errors.Is(err, verbs.ErrQueueFull) {
-			return false, nil
-		}
-		return true, err
-	}
-	p.oneSided.issued++
-	return true, nil
-}
-
-// newOneSided takes a free entry of the in-flight table, or returns -1
-// when all are in use.
-func (v *verbsProvider) newOneSided() int {
-	if n := len(v.freeOneSided); n > 0 {
-		i := v.freeOneSided[n-1]
-		v.freeOneSided = v.freeOneSided[:n-1]
-		return i
-	}
-	if len(v.oneSided) == vMaxOneSided {
-		return -1
-	}
-	v.oneSided = append(v.oneSided, vOneSided{})
-	return len(v.oneSided) - 1
-}
-
-// oneSidedDone copies entry i's result into place (unless it failed) and
-// frees it.
-func (v *verbsProvider) oneSidedDone(i int, ok bool) {
-	o := &v.oneSided[i]
-	if ok {
-		if o.dst != nil {
-			copy(o.dst, o.stage.Bytes())
-		}
-		if o.result != nil {
-			*o.result = binary.NativeEndian.Uint64(v.atoms.Bytes()[i*8:])
-		}
-	}
-	v.endOneSided(i)
-}
-
-func (v *verbsProvider) endOneSided(i int) {
-	o := &v.oneSided[i]
-	if o.stage != nil {
-		v.putStage(o.stage)
-	}
-	*o = vOneSided{}
-	v.freeOneSided = append(v.freeOneSided, i)
 }

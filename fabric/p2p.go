@@ -219,7 +219,7 @@ func (c *Comm) postRecv(r *op, buf []byte, src, tag int, ctxID uint32) {
 	r.comm, r.kind, r.buf, r.peer, r.tag = c, reqRecv, buf, src, tag
 	r.h.Ctx = ctxID
 	for u := e.unexp.head; u != nil; u = u.next {
-		if matches(ctxID, src, tag, &u.h) {
+		if u.h.Matches(ctxID, src, tag) {
 			e.unexp.remove(u)
 			e.pl = wire.Payload{Flat: u.buf}
 			e.receive(r, u.peer, &u.h, &e.pl)
@@ -301,7 +301,7 @@ func (c *Comm) Iprobe(src, tag int) (Status, bool, error) {
 
 func (c *Comm) probe(src, tag int) (Status, bool) {
 	for u := c.e.unexp.head; u != nil; u = u.next {
-		if matches(c.ctxUser(), src, tag, &u.h) {
+		if u.h.Matches(c.ctxUser(), src, tag) {
 			return Status{Source: int(u.h.Src), Tag: int(u.h.Tag), Count: int(u.h.Size)}, true
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/rdma"
 	"github.com/rivet-hpc/rivet/fabric/internal/shm"
 )
 
@@ -39,7 +40,7 @@ func pattern(n, seed int) []byte {
 // verbs provider moves without staging.
 func progSizes(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
-	sizes := []int{0, 1, 7, 64, 4095, vEager - 1, vEager, vEager + 1, shm.Eager - 1, shm.Eager, shm.Eager + 1,
+	sizes := []int{0, 1, 7, 64, 4095, rdma.Eager - 1, rdma.Eager, rdma.Eager + 1, shm.Eager - 1, shm.Eager, shm.Eager + 1,
 		64 << 10, 64 << 10, 1 << 20, 1 << 20, 4<<20 + 3, 16 << 20, 16 << 20}
 	var mem [][]byte
 	defer func() {

@@ -8,8 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/rdma"
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
@@ -143,7 +142,7 @@ func progVerbsKill(ctx context.Context, ep *Endpoint) error {
 				if !errors.Is(err, ErrProcFailed) || !errors.As(err, &pe) || pe.WorldRank != 2 {
 					failf("send to the killed rank: %v", err)
 				}
-				bound := ep.verbs.failureBound() + vProbeEvery
+				bound := ep.verbs.FailureBound() + rdma.ProbeEvery
 				fmt.Printf("send failed %v after the last one completed (bound %v): %v\n", took.Round(time.Millisecond), bound, err)
 				// Measured from the last completed send, so it includes the
 				// killed process's teardown (its queue pairs answer until
@@ -255,7 +254,7 @@ func progDirect(ctx context.Context, ep *Endpoint) error {
 		failf("a ping-pong receive took the general path (pool head %p gen %d, was %p gen %d)", h, g, head, gen)
 	}
 
-	short, long := pattern(100, 5), pattern(vEager+1, 6)
+	short, long := pattern(100, 5), pattern(rdma.Eager+1, 6)
 	if me == 1 {
 		must(w.Send(ctx, []byte("two"), peer, 2), "send 2")
 		must(w.Send(ctx, []byte("one"), peer, 1), "send 1")
@@ -429,7 +428,7 @@ func progPortDown(ctx context.Context, ep *Endpoint) error {
 		}
 	}
 	if w.Rank() == 0 {
-		netdev := ep.verbs.dev.Device().Parent
+		netdev := ep.verbs.Device().Device().Parent
 		ip := func(state string) {
 			if out, err := exec.Command("ip", "link", "set", netdev, state).CombinedOutput(); err != nil {
 				failf("ip link set %s %s: %v\n%s", netdev, state, err, out)
@@ -478,13 +477,7 @@ func progLazy(ctx context.Context, ep *Endpoint) error {
 	qps := func() []int {
 		ep.e.mu.Lock()
 		defer ep.e.mu.Unlock()
-		var out []int
-		for r, p := range ep.verbs.peers {
-			if p != nil {
-				out = append(out, r)
-			}
-		}
-		return out
+		return ep.verbs.QueuePairs()
 	}
 	mate := me ^ 1
 	// (The mate may connect to us first.)
@@ -519,29 +512,30 @@ func TestVerbsLazyConnect(t *testing.T) {
 	runOK(t, 4, "lazy", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+strings.Join(devs, ","))
 }
 
-// TestHandshakeFault: a peer whose connection port refuses or drops the
-// handshake is gone (ErrProcFailed); one that does not answer in time is
-// only unreachable (ErrNoRoute).
-func TestHandshakeFault(t *testing.T) {
-	opErr := func(errno syscall.Errno) error {
-		return &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", errno)}
-	}
+// TestLost: how the engine classes what the verbs provider reports
+// lost — a peer that said goodbye closed, one whose process is gone or
+// whose queue pair failed failed, one that cannot be reached unreachable
+// — always naming the world rank.
+func TestLost(t *testing.T) {
+	completion := errors.New("over rxe0: transport retry counter exceeded")
 	for _, c := range []struct {
-		err  error
-		want error
+		closed bool
+		cause  error
+		want   error
 	}{
-		{opErr(syscall.ECONNREFUSED), ErrProcFailed},
-		{fmt.Errorf("reading the answer: %w", opErr(syscall.ECONNRESET)), ErrProcFailed},
-		{fmt.Errorf("reading the answer: %w", io.ErrUnexpectedEOF), ErrProcFailed},
-		{fmt.Errorf("reading the answer: %w", io.EOF), ErrProcFailed},
-		{opErr(syscall.EPIPE), ErrProcFailed},
-		{os.ErrDeadlineExceeded, ErrNoRoute},
-		{errors.New("the answer is not from the process the bootstrap named"), ErrNoRoute},
+		{false, fmt.Errorf("%w: its connection port refused the handshake", rdma.ErrGone), ErrProcFailed},
+		{false, fmt.Errorf("%w: connecting to world rank 2: i/o timeout", rdma.ErrNoRoute), ErrNoRoute},
+		{false, completion, ErrProcFailed},
+		{true, completion, ErrClosed},
 	} {
-		got := handshakeFault(2, c.err)
-		other := map[error]error{ErrProcFailed: ErrNoRoute, ErrNoRoute: ErrProcFailed}[c.want]
-		if !errors.Is(got, c.want) || errors.Is(got, other) || !strings.Contains(got.Error(), "world rank 2") {
-			t.Errorf("handshakeFault(%v) = %v, want %v", c.err, got, c.want)
+		e := newEngine(0, 3)
+		e.Lost(2, c.closed, c.cause)
+		got := e.failed[2]
+		if !errors.Is(got, c.want) || !strings.Contains(got.Error(), "world rank 2") {
+			t.Errorf("Lost(2, %v, %v): %v, want %v", c.closed, c.cause, got, c.want)
+		}
+		if c.want != ErrProcFailed && errors.Is(got, ErrProcFailed) {
+			t.Errorf("Lost(2, %v, %v): %v is not a failure", c.closed, c.cause, got)
 		}
 	}
 }

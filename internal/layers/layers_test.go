@@ -32,7 +32,7 @@ var rank = map[string]int{
 	"fabric/internal/wire":   5,
 	"fabric/internal/shmseg": 5,
 	"fabric/internal/shm":    6,
-	"fabric/internal/verbs":  6,
+	"fabric/internal/rdma":   6,
 	"fabric":                 7,
 	"collectives":            8,
 	"rma":                    9,

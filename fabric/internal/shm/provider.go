@@ -21,7 +21,7 @@
 // through the ring; longer ones go by rendezvous: the receiver reads them
 // straight from the sender's memory with process_vm_readv (one copy, no
 // staging) or, when RIVET_SHM_PIPELINE_MAX enables it, has them come by
-// pipeline (shm_pipeline.go: the sender copies fragments in as the
+// pipeline (pipeline.go: the sender copies fragments in as the
 // receiver copies them out); it answers with a FIN frame.
 //
 // The provider hands what arrives to the fabric's matching engine

@@ -119,3 +119,12 @@ func GetVerbs(b []byte, h *Header) (n int, credit uint32, ok bool) {
 	h.Key = le.Uint32(b[HeaderLen:])
 	return VerbsHeaderLen, le.Uint32(b[HeaderLen+4:]), true
 }
+
+// Any, as a receive's source or tag, matches every sender or tag.
+const Any = -1
+
+// Matches reports whether a receive on context ctx from src with tag
+// (either may be Any) takes the message h heads.
+func (h *Header) Matches(ctx uint32, src, tag int) bool {
+	return ctx == h.Ctx && (src == Any || src == int(h.Src)) && (tag == Any || tag == int(h.Tag))
+}

@@ -1,9 +1,10 @@
 //go:build linux
 
-package fabric
+package rdma
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
 	"errors"
@@ -32,13 +33,14 @@ import (
 // the initiator confirms — or when its first frame arrives. Two processes
 // that start at once meet in the middle: each side keeps one queue pair
 // per peer, and whichever message brings the peer's QPN first connects it.
-// Frames for a peer wait in the engine's queue meanwhile.
+// Frames for a peer wait in the engine's queue meanwhile (Send refuses
+// them).
 //
 // Until then a peer costs nothing but its 60-byte address: no queue pair,
 // no receive buffers (0.5 MiB a peer once connected).
 
-// verbsAddr is what the bootstrap says about a peer.
-type verbsAddr struct {
+// peerAddr is what the bootstrap says about a peer.
+type peerAddr struct {
 	gid   hw.GID
 	ctl   verbs.RemoteBuf
 	token [16]byte
@@ -46,16 +48,16 @@ type verbsAddr struct {
 }
 
 // listen opens the handshake port on the GID's address.
-func (v *verbsProvider) listen() error {
+func (v *Provider) listen() error {
 	ip := net.IP(v.gid[:])
 	if ip4 := ip.To4(); ip4 != nil {
 		ip = ip4
 	}
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip})
 	if err != nil {
-		return fmt.Errorf("fabric: verbs provider: listening on %s for connections: %w", ip, err)
+		return fmt.Errorf("verbs provider: listening on %s for connections: %w", ip, err)
 	}
-	if _, err := randRead(v.token[:]); err != nil {
+	if _, err := rand.Read(v.token[:]); err != nil {
 		ln.Close()
 		return err
 	}
@@ -65,14 +67,14 @@ func (v *verbsProvider) listen() error {
 	return nil
 }
 
-// serveHandshakes starts answering handshakes, once every peer's address
+// ServeHandshakes starts answering handshakes, once every peer's address
 // is known (a peer that dials earlier waits in the listen backlog).
-func (v *verbsProvider) serveHandshakes() { v.handshakeGo(func() { v.accept(v.ln) }) }
+func (v *Provider) ServeHandshakes() { v.handshakeGo(func() { v.accept(v.ln) }) }
 
 // handshakeGo runs f in a goroutine that close waits for (a socket it
-// holds must not outlive the endpoint); with e.mu held, or from another
-// such goroutine.
-func (v *verbsProvider) handshakeGo(f func()) {
+// holds must not outlive the provider); with the engine's lock held, or
+// from another such goroutine.
+func (v *Provider) handshakeGo(f func()) {
 	v.hs.Add(1)
 	go func() {
 		defer v.hs.Done()
@@ -80,30 +82,29 @@ func (v *verbsProvider) handshakeGo(f func()) {
 	}()
 }
 
-// waitHandshakes waits, after close and without e.mu, until every
-// handshake goroutine has closed its socket and returned: close ended
-// their connections and dials, so that is soon.
-func (v *verbsProvider) waitHandshakes() { v.hs.Wait() }
+// WaitHandshakes waits, after Close and without the engine's lock, until
+// every handshake goroutine has closed its socket and returned: Close
+// ended their connections and dials, so that is soon.
+func (v *Provider) WaitHandshakes() { v.hs.Wait() }
 
 // hold records c as open until release is called, so that close ends
 // every handshake in progress; ok is false if the provider is closing.
-func (v *verbsProvider) hold(c net.Conn) (release func(), ok bool) {
-	e := v.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (v *Provider) hold(c net.Conn) (release func(), ok bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	if v.closing {
 		return nil, false
 	}
 	v.conns[c] = true
 	return func() {
-		e.mu.Lock()
+		v.mu.Lock()
 		delete(v.conns, c)
-		e.mu.Unlock()
+		v.mu.Unlock()
 	}, true
 }
 
-// address is what peers need to connect to this process.
-func (v *verbsProvider) address() []byte {
+// Address is what peers need to connect to this process.
+func (v *Provider) Address() []byte {
 	le := binary.LittleEndian
 	b := append([]byte(nil), v.gid[:]...)
 	b = le.AppendUint64(b, v.ctl.Addr())
@@ -112,11 +113,11 @@ func (v *verbsProvider) address() []byte {
 	return append(b, v.ln.Addr().String()...)
 }
 
-// setAddr records world rank w's published address.
-func (v *verbsProvider) setAddr(w int, b []byte) error {
+// SetAddr records world rank w's published address (its Address).
+func (v *Provider) SetAddr(w int, b []byte) error {
 	const fixed = 16 + 8 + 4 + 16
 	if len(b) <= fixed {
-		return fmt.Errorf("fabric: rank %d published a %d-byte verbs address", w, len(b))
+		return fmt.Errorf("verbs provider: rank %d published a %d-byte address", w, len(b))
 	}
 	le := binary.LittleEndian
 	a := &v.addrs[w]
@@ -127,9 +128,9 @@ func (v *verbsProvider) setAddr(w int, b []byte) error {
 	return nil
 }
 
-// connect starts connecting to world rank w unless that is done or under
-// way; with e.mu held.
-func (v *verbsProvider) connect(w int) {
+// Connect starts connecting to world rank w unless that is done or under
+// way; with the engine's lock held.
+func (v *Provider) Connect(w int) {
 	p := v.peers[w]
 	if v.closing || p != nil && (p.ready || p.dialing || p.dead) {
 		return
@@ -149,19 +150,18 @@ func (v *verbsProvider) connect(w int) {
 // deadNoPeer records that no queue pair could be made for world rank w;
 // the next poll fails it (not here: a send may be on its way to the
 // engine's queue).
-func (v *verbsProvider) deadNoPeer(w int, err error) {
-	v.dead = append(v.dead, peerFault{w, fmt.Errorf("%w: world rank %d: %v", ErrNoRoute, w, err)})
+func (v *Provider) deadNoPeer(w int, err error) {
+	v.dead = append(v.dead, peerFault{w, fmt.Errorf("%w: %v", ErrNoRoute, err)})
 }
 
 const vHandshakeTimeout = 30 * time.Second
 
 // dial runs our side of a handshake with world rank w, whose queue pair
 // for us exists as (qpn, psn).
-func (v *verbsProvider) dial(w int, qpn, psn uint32) {
+func (v *Provider) dial(w int, qpn, psn uint32) {
 	err := v.handshake(w, qpn, psn)
-	e := v.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	if v.closing {
 		return
 	}
@@ -184,13 +184,13 @@ func (v *verbsProvider) dial(w int, qpn, psn uint32) {
 func handshakeFault(w int, err error) error {
 	for _, gone := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, io.EOF, io.ErrUnexpectedEOF} {
 		if errors.Is(err, gone) {
-			return procFailed("world rank %d is gone: its connection port refused or dropped the handshake (%v)", w, err)
+			return fmt.Errorf("%w: its connection port refused or dropped the handshake (%v)", ErrGone, err)
 		}
 	}
 	return fmt.Errorf("%w: connecting to world rank %d: %v", ErrNoRoute, w, err)
 }
 
-func (v *verbsProvider) handshake(w int, qpn, psn uint32) error {
+func (v *Provider) handshake(w int, qpn, psn uint32) error {
 	ctx, cancel := context.WithTimeout(v.hsCtx, vHandshakeTimeout)
 	defer cancel()
 	var d net.Dialer
@@ -201,10 +201,9 @@ func (v *verbsProvider) handshake(w int, qpn, psn uint32) error {
 	defer c.Close()
 	release, ok := v.hold(c)
 	if !ok {
-		return ErrClosed
+		return errClosing
 	}
 	defer release()
-	e := v.e
 	c.SetDeadline(time.Now().Add(vHandshakeTimeout))
 	req := wire.Hello{Rank: uint32(v.me), Token: v.addrs[w].token, QPN: qpn, PSN: psn}
 	if _, err := c.Write(req.Marshal()); err != nil {
@@ -217,22 +216,22 @@ func (v *verbsProvider) handshake(w int, qpn, psn uint32) error {
 	if resp.Rank != uint32(w) || subtle.ConstantTimeCompare(resp.Token[:], v.token[:]) != 1 {
 		return errors.New("the answer is not from the process the bootstrap named")
 	}
-	e.mu.Lock()
+	v.mu.Lock()
 	if err := v.connectQP(w, resp.QPN, resp.PSN); err != nil {
-		e.mu.Unlock()
+		v.mu.Unlock()
 		return err
 	}
 	v.peers[w].ready = true // it answered, so its side is connected
-	e.mu.Unlock()
+	v.mu.Unlock()
 	_, err = c.Write([]byte{1})
 	return err
 }
 
 // connectQP connects our queue pair for w to the peer's (qpn, psn), once;
-// with e.mu held.
-func (v *verbsProvider) connectQP(w int, qpn, psn uint32) error {
+// with the engine's lock held.
+func (v *Provider) connectQP(w int, qpn, psn uint32) error {
 	if v.closing {
-		return ErrClosed
+		return errClosing
 	}
 	p := v.peers[w]
 	if p.connected {
@@ -246,7 +245,7 @@ func (v *verbsProvider) connectQP(w int, qpn, psn uint32) error {
 	return nil
 }
 
-func (v *verbsProvider) accept(ln net.Listener) {
+func (v *Provider) accept(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -257,14 +256,13 @@ func (v *verbsProvider) accept(ln net.Listener) {
 }
 
 // serve answers one handshake.
-func (v *verbsProvider) serve(c net.Conn) {
+func (v *Provider) serve(c net.Conn) {
 	defer c.Close()
 	release, ok := v.hold(c)
 	if !ok {
 		return
 	}
 	defer release()
-	e := v.e
 	c.SetDeadline(time.Now().Add(vHandshakeTimeout))
 	req, err := wire.ReadHello(c)
 	if err != nil {
@@ -274,26 +272,26 @@ func (v *verbsProvider) serve(c net.Conn) {
 	if w < 0 || w >= len(v.peers) || !v.isPeer[w] || subtle.ConstantTimeCompare(req.Token[:], v.token[:]) != 1 {
 		return // not one of ours: say nothing
 	}
-	e.mu.Lock()
-	if v.closing || e.failed[w] != nil {
-		e.mu.Unlock()
+	v.mu.Lock()
+	if v.closing || v.eng.Failed(w) {
+		v.mu.Unlock()
 		return
 	}
 	p := v.peers[w]
 	if p == nil {
 		if p, err = v.newPeer(w); err != nil {
 			v.deadNoPeer(w, err)
-			e.mu.Unlock()
+			v.mu.Unlock()
 			return
 		}
 	}
 	if err := v.connectQP(w, req.QPN, req.PSN); err != nil {
 		v.dead = append(v.dead, peerFault{w, fmt.Errorf("%w: %v", ErrNoRoute, err)})
-		e.mu.Unlock()
+		v.mu.Unlock()
 		return
 	}
 	resp := wire.Hello{Rank: uint32(v.me), Token: v.addrs[w].token, QPN: p.qp.QPN(), PSN: p.qp.PSN()}
-	e.mu.Unlock()
+	v.mu.Unlock()
 	if _, err := c.Write(resp.Marshal()); err != nil {
 		return
 	}
@@ -301,9 +299,9 @@ func (v *verbsProvider) serve(c net.Conn) {
 	if _, err := io.ReadFull(c, done[:]); err != nil {
 		return // its first frame will say it is ready, if it is
 	}
-	e.mu.Lock()
+	v.mu.Lock()
 	if !v.closing && v.peers[w] == p {
 		p.ready = true
 	}
-	e.mu.Unlock()
+	v.mu.Unlock()
 }

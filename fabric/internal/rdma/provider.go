@@ -1,0 +1,992 @@
+//go:build linux
+
+// Package rdma is the fabric's verbs provider: one reliable-connected
+// queue pair per peer, made on first use (connect.go), all on one device
+// and protection domain;
+// every peer's sends complete on one completion queue, each peer's
+// receives on its own (polled in turn, for fairness).
+//
+// Eager messages (≤ 8 KiB) are RDMA sends into receive buffers posted in
+// advance, vCredits per peer. A sender holds a credit per free buffer at
+// the receiver and never sends without one, so a receive is never missing
+// (no receiver-not-ready NAKs, whose retries rxe would spend) and the
+// memory for them is fixed. The receiver returns credits as a running
+// count of the buffers it consumed and posted again: in the header of
+// every frame it sends back, and, when it has no traffic going back, by an
+// RDMA write of the count into the sender's control words — a write
+// consumes no receive buffer, so credits can never deadlock.
+//
+// Longer messages go by rendezvous: the RTS frame names the message by
+// address and rkey, the receiver RDMA-reads it and answers with FIN. Memory
+// from Endpoint.AllocMem is registered once (on first use) and moves with
+// zero copies; any other buffer — Go's heap, which the runtime may free and
+// reuse while a registration pins it — is staged through registered
+// buffers kept in size classes for reuse.
+//
+// A failed completion is a per-peer fact: the peer's queue pair is in
+// error, that peer is marked failed (or closed, if it said goodbye first),
+// and every other peer carries on.
+//
+// The provider hands what arrives to the fabric's matching engine
+// (Engine) and is driven only under the engine's lock: nothing here runs
+// on its own but the connection handshakes, which take that lock.
+package rdma
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
+	"github.com/rivet-hpc/rivet/hw"
+	"github.com/rivet-hpc/rivet/internal/critpath"
+	"github.com/rivet-hpc/rivet/verbs"
+)
+
+// Eager is the largest payload one frame carries; longer messages go by
+// rendezvous.
+const Eager = vEager
+
+const (
+	vEager       = 8 << 10  // largest eager payload
+	vCredits     = 64       // receive buffers per peer
+	vSendSlots   = 128      // staging slots for sends that are not inline
+	vInline      = 256      // QP inline capacity; frames up to it go inline
+	vSQ          = 512      // send queue depth per peer
+	vStageKeep   = 64 << 20 // staging memory kept for reuse
+	vCtlWords    = 2        // per world rank: credits from it, its goodbye
+	vMaxOneSided = 1024     // one-sided operations in flight
+	// vRepostBatch is how many consumed receive buffers a poll posts
+	// again at once: one post per buffer cost a ping-pong about 270
+	// guest instructions per message, a tenth of the fabric's own
+	// (lab/insncount.sh). The sender's window shrinks by at most
+	// vRepostBatch-1 buffers; with vRepostBatch ≤ vCredits/2 a sender
+	// out of credits always has vCredits/2 consumed buffers waiting to be
+	// reported, so writeCredits still returns them.
+	vRepostBatch = 16
+)
+
+// vSlotSize is a buffer for a header and an eager payload, in whole
+// cache lines.
+const vSlotSize = (wire.VerbsHeaderLen + vEager + 63) &^ 63
+
+// Work request IDs: the kind in the top byte, an index below.
+const (
+	wrRecv uint64 = (iota + 1) << 56
+	wrSend
+	wrRead
+	wrCtl // unsignaled control writes: credits, goodbye
+	wrOneSided
+	wrProbe
+	wrKindMask = 0xff << 56
+)
+
+type link struct {
+	world int
+	qp    *verbs.QP
+	rcq   *verbs.CQ // receives from this peer alone, for fair polling
+	recv  *verbs.MR // vCredits receive buffers
+	// Their receive requests, made once and listed twice over, so that
+	// any vCredits or fewer in a row (mod vCredits) are one slice.
+	rwr  [2 * vCredits]verbs.RecvWR
+	rsge [vCredits]verbs.SGE
+	// Connection: our queue pair is connected (RTS) to the peer's; the
+	// peer's is connected too, so frames may go; a handshake is under way.
+	connected, ready, dialing bool
+	ctl                       verbs.RemoteBuf // the peer's control words
+	// Credits, as running counts modulo 2^32: frames sent to the peer and
+	// the peer's count of our frames it consumed; frames from the peer we
+	// took, those of them we consumed (their buffers posted again), and the
+	// last count we told it. Buffers go back in the order they filled, so
+	// the next to post again is buffer consumed mod vCredits.
+	sent, acked               uint32
+	taken, consumed, reported uint32
+	oneSided                  Counts
+	probing                   bool // a probe is in flight
+	dead                      bool // its queue pair failed
+}
+
+type vRead struct {
+	r     any // the engine's receive
+	peer  int
+	id    uint64
+	dst   []byte
+	stage *verbs.MR
+	sges  []verbs.SGE    // one per chunk of at most the port's message size
+	wrs   []verbs.SendWR // kept across uses of the slot
+}
+
+// Engine is what the provider hands frames and finished reads to, and
+// reports lost peers to: the fabric's matching engine. A receive is the
+// engine's own value (req), which the provider only passes back.
+type Engine interface {
+	// Deliver takes a frame from world rank peer; h and p are valid only
+	// during the call.
+	Deliver(peer int, h *wire.Header, p *wire.Payload)
+	// Abandoned reports whether receive req was given up by its caller:
+	// its buffer is no longer the receive's to write.
+	Abandoned(req any) bool
+	// ReadDone ends receive req of rendezvous message id from peer.
+	ReadDone(req any, peer int, id uint64, err error)
+	// Failed reports whether world rank peer is already known gone.
+	Failed(peer int) bool
+	// Lost says world rank peer cannot be reached any more, for cause
+	// (which wraps ErrGone or ErrNoRoute when the provider knows which);
+	// closed is true when the peer said goodbye first.
+	Lost(peer int, closed bool, cause error)
+	// WaitedOn sets waited[w] for every world rank w an operation waits
+	// for, so that Probe checks on those.
+	WaitedOn(waited []bool)
+}
+
+// Registry finds the registration of memory the fabric handed out for
+// zero-copy moves (AllocMem).
+type Registry interface {
+	// Lookup returns the registration on pd that covers b and b's offset
+	// in it, registering on first use; nil for other memory.
+	Lookup(pd *verbs.PD, b []byte) (*verbs.MR, uint64, error)
+	// Deregister drops every registration: the provider is closing.
+	Deregister()
+}
+
+// ErrGone says a peer's process is gone; ErrNoRoute that it cannot be
+// reached, which is not known to be a death.
+var (
+	ErrGone    = errors.New("process is gone")
+	ErrNoRoute = errors.New("no route")
+	errClosing = errors.New("the provider is closing")
+)
+
+// Config is what New needs to know.
+type Config struct {
+	Device string              // the device to open ("" for the first active one)
+	QP     verbs.ConnectConfig // timeout and retry count for every queue pair
+	Me     int                 // this process's world rank
+	Size   int                 // the world's size
+	Peers  []int               // world ranks reached through this provider
+	Mem    Registry
+}
+
+// Provider is this process's side of the verbs provider.
+type Provider struct {
+	qpConf   verbs.ConnectConfig // timeout and retry count for every queue pair
+	dev      *verbs.Context
+	pd       *verbs.PD
+	cq       *verbs.CQ
+	gid      hw.GID
+	gidIndex int
+	me       int
+	maxMsg   int     // the port's largest message
+	peers    []*link // by world rank; nil for peers reached otherwise
+	byQPN    map[uint32]*link
+	self     *link     // a loopback queue pair, for one-sided operations on this process's own memory
+	selfT    *verbs.QP // its target end
+	next     int       // the peer whose receives the next poll looks at first
+	probed   time.Time
+	waited   []bool    // by world rank: scratch for probe
+	byIx     []*link   // peers with a queue pair, in the order they got it
+	sendBuf  *verbs.MR // vSendSlots staging slots for frames too long to go inline
+	free     []int     // free send slots
+	ctl      *verbs.MR // vCtlWords per world rank, then one source word
+	mem      Registry
+
+	reads     []vRead
+	freeReads []int
+	deferred  []int // reads the send queue had no room for
+	staged    map[uint64]*verbs.MR
+	stages    [64][]*verbs.MR // free staging buffers by size class
+	kept      int
+	dead      []peerFault // failures noticed outside a poll
+
+	eng     Engine
+	mu      sync.Locker // the engine's lock, which the handshakes take
+	addrs   []peerAddr  // by world rank, from the bootstrap
+	isPeer  []bool      // by world rank: reached over verbs
+	ln      net.Listener
+	conns   map[net.Conn]bool // handshakes in progress
+	token   [16]byte          // proves a handshake comes from this job
+	closing bool
+	hs      sync.WaitGroup  // handshake goroutines (handshakeGo)
+	hsCtx   context.Context // ends at close: dials in progress stop
+	hsStop  context.CancelFunc
+
+	oneSided     []inflight // one-sided operations in flight
+	freeOneSided []int
+	atoms        *verbs.MR // an 8-byte result slot per entry of oneSided
+	wcs          [32]verbs.WorkCompletion
+	sge          [1]verbs.SGE
+	wr           [1]verbs.SendWR
+	h            wire.Header  // the frame being delivered: here, not on the stack,
+	pl           wire.Payload // since the Engine's methods might keep them
+}
+
+type peerFault struct {
+	peer  int
+	cause error
+}
+
+// New opens cfg.Device and readies the provider for cfg.Peers; queue
+// pairs are made when first used. mu is the engine's lock.
+func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
+	size, peers := cfg.Size, cfg.Peers
+	v := &Provider{me: cfg.Me, qpConf: cfg.QP, peers: make([]*link, size), byQPN: map[uint32]*link{},
+		staged: map[uint64]*verbs.MR{}, mem: cfg.Mem, reads: make([]vRead, 0, 64),
+		oneSided: make([]inflight, 0, vMaxOneSided), eng: eng, mu: mu, addrs: make([]peerAddr, size), isPeer: make([]bool, size),
+		waited: make([]bool, size)}
+	for _, w := range peers {
+		v.isPeer[w] = true
+	}
+	defer func() {
+		if err != nil {
+			v.Close()
+		}
+	}()
+	if v.dev, err = verbs.Open(cfg.Device); err != nil {
+		return nil, fmt.Errorf("verbs provider: %w", err)
+	}
+	if v.gid, v.gidIndex, err = roceGID(v.dev); err != nil {
+		return nil, err
+	}
+	port, err := v.dev.QueryPort(1)
+	if err != nil {
+		return nil, fmt.Errorf("verbs provider: %w", err)
+	}
+	v.maxMsg = int(min(port.MaxMsgSize, 1<<30))
+	if v.pd, err = v.dev.AllocPD(); err != nil {
+		return nil, fmt.Errorf("verbs provider: %w", err)
+	}
+	// Every completion on it is for a request in a send queue: the peers'
+	// and the loopback pair's.
+	cqe := (len(peers)+1)*vSQ + vSendSlots + vMaxOneSided
+	if max := v.dev.Attr().MaxCQE; max > 0 && cqe > max {
+		return nil, fmt.Errorf("verbs provider: %d peers need %d completion queue entries, %s has %d", len(peers), cqe, v.dev.Name(), max)
+	}
+	// Every queue and completion queue here is used with the engine's
+	// lock held, so they take no lock of their own (Unlocked): each lock
+	// taken and released cost about 50 ns under TCG, twice between a
+	// message's arrival and the answer's doorbell.
+	if v.cq, err = v.dev.NewCQ(verbs.CQConfig{Size: cqe, Unlocked: true}); err != nil {
+		return nil, fmt.Errorf("verbs provider: %w", err)
+	}
+	if v.sendBuf, err = v.pd.Alloc(vSendSlots*vSlotSize, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("verbs provider: send buffers: %w", err)
+	}
+	if v.ctl, err = v.pd.Alloc((size*vCtlWords+1)*8, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, fmt.Errorf("verbs provider: control words: %w", err)
+	}
+	if v.atoms, err = v.pd.Alloc(vMaxOneSided*8, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("verbs provider: atomic results: %w", err)
+	}
+	for i := vSendSlots - 1; i >= 0; i-- {
+		v.free = append(v.free, i)
+	}
+	if err := v.loopback(); err != nil {
+		return nil, err
+	}
+	if err := v.listen(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// newPeer makes world rank w's queue pair, its receive queue's completion
+// queue and buffers, and posts the buffers; with the engine's lock held.
+func (v *Provider) newPeer(w int) (_ *link, err error) {
+	p := &link{world: w}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if p.rcq, err = v.dev.NewCQ(verbs.CQConfig{Size: vCredits, Unlocked: true}); err != nil {
+		return nil, fmt.Errorf("verbs provider: %w", err)
+	}
+	if p.recv, err = v.pd.Alloc(vCredits*vSlotSize, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("verbs provider: receive buffers: %w", err)
+	}
+	if p.qp, err = v.pd.NewQP(verbs.QPConfig{SendCQ: v.cq, RecvCQ: p.rcq, MaxSendWR: vSQ,
+		MaxRecvWR: vCredits, MaxInline: vInline, Unlocked: true}); err != nil {
+		return nil, fmt.Errorf("verbs provider: queue pair for rank %d: %w", w, err)
+	}
+	for k := range vCredits {
+		p.rsge[k] = verbs.SGE{MR: p.recv, Offset: uint64(k * vSlotSize), Length: vSlotSize}
+		wr := verbs.RecvWR{ID: wrRecv | uint64(w)<<8 | uint64(k), Local: p.rsge[k : k+1]}
+		p.rwr[k], p.rwr[k+vCredits] = wr, wr
+	}
+	if err := p.postRecvs(0, vCredits); err != nil {
+		return nil, err
+	}
+	p.ctl = v.addrs[w].ctl
+	v.peers[w], v.byQPN[p.qp.QPN()] = p, p
+	v.byIx = append(v.byIx, p)
+	return p, nil
+}
+
+func (p *link) close() {
+	if p.qp != nil {
+		p.qp.Close()
+	}
+	if p.recv != nil {
+		p.recv.Close()
+	}
+	if p.rcq != nil {
+		p.rcq.Close()
+	}
+}
+
+// loopback connects a pair of queue pairs of this process to each other.
+func (v *Provider) loopback() error {
+	cfg := verbs.QPConfig{SendCQ: v.cq, RecvCQ: v.cq, MaxSendWR: vSQ, MaxRecvWR: 1, Unlocked: true}
+	a, err := v.pd.NewQP(cfg)
+	if err != nil {
+		return fmt.Errorf("verbs provider: loopback queue pair: %w", err)
+	}
+	v.self = &link{world: v.me, qp: a}
+	v.byQPN[a.QPN()] = v.self
+	if v.selfT, err = v.pd.NewQP(cfg); err != nil {
+		return fmt.Errorf("verbs provider: loopback queue pair: %w", err)
+	}
+	if err := a.Connect(v.selfT.Endpoint(v.gid), v.connectConfig()); err != nil {
+		return fmt.Errorf("verbs provider: loopback: %w", err)
+	}
+	if err := v.selfT.Connect(a.Endpoint(v.gid), v.connectConfig()); err != nil {
+		return fmt.Errorf("verbs provider: loopback: %w", err)
+	}
+	return nil
+}
+
+// roceGID is the device's first RoCE v2 GID on port 1, IPv4 preferred,
+// and its index. (Passing the index to Connect spares it a fresh read of
+// the GID table from sysfs — a thousand files on rxe.)
+func roceGID(dev *verbs.Context) (hw.GID, int, error) {
+	found, ix := hw.GID{}, -1
+	for _, p := range dev.Device().Ports {
+		if p.Number != 1 {
+			continue
+		}
+		for _, g := range p.GIDs {
+			if g.Type != hw.GIDTypeRoCEv2 || g.GID.IsZero() {
+				continue
+			}
+			if g.GID.IsIPv4() {
+				return g.GID, g.Index, nil
+			}
+			if ix < 0 {
+				found, ix = g.GID, g.Index
+			}
+		}
+	}
+	if ix < 0 {
+		return found, ix, fmt.Errorf("verbs provider: %s port 1 has no RoCE v2 GID", dev.Name())
+	}
+	return found, ix, nil
+}
+
+// Device is the device the provider uses.
+func (v *Provider) Device() *verbs.Context { return v.dev }
+
+// PD is the protection domain every registration of the provider's is in.
+func (v *Provider) PD() *verbs.PD { return v.pd }
+
+// connectConfig is how every queue pair of v connects.
+func (v *Provider) connectConfig() verbs.ConnectConfig {
+	c := v.qpConf
+	c.GIDIndex = v.gidIndex
+	return c
+}
+
+// FailureBound is how long a request to a dead peer takes to fail.
+func (v *Provider) FailureBound() time.Duration {
+	return verbs.RetryBound(v.qpConf.Timeout, v.qpConf.RetryCount)
+}
+
+// postRecvs posts p's receive buffers first, first+1, … (mod vCredits),
+// n of them, with one call; a work request ID names the peer and buffer.
+func (p *link) postRecvs(first uint32, n int) error {
+	k := int(first % vCredits)
+	return p.qp.PostRecv(p.rwr[k : k+n]...)
+}
+
+func (v *Provider) ctlWord(w, k int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[(w*vCtlWords+k)*8]))
+}
+
+// Send posts one frame to world rank peer, or returns false, posting
+// nothing, when there is no room (or no connection yet: it starts one).
+// For an RTS, payload is the whole message, which the peer will read.
+func (v *Provider) Send(peer int, h *wire.Header, payload []byte) bool {
+	p := v.peers[peer]
+	if p == nil || !p.ready {
+		v.Connect(peer)
+		return false
+	}
+	if p.sent-p.acked >= vCredits {
+		if c := uint32(atomic.LoadUint64(v.ctlWord(peer, 0))); int32(c-p.acked) > 0 {
+			p.acked = c
+		}
+		if p.sent-p.acked >= vCredits {
+			return false
+		}
+	}
+	addr, key := h.Addr, uint32(0)
+	if h.Kind == wire.RTS {
+		mr, off, err := v.mem.Lookup(v.pd, payload)
+		if err != nil {
+			v.dead = append(v.dead, peerFault{peer, err})
+			return true
+		}
+		if mr == nil {
+			// Staged once: a send retried for want of room keeps its copy.
+			if mr = v.staged[h.ID]; mr == nil {
+				if mr, err = v.getStage(len(payload)); err != nil {
+					v.dead = append(v.dead, peerFault{peer, err})
+					return true
+				}
+				copy(mr.Bytes(), payload)
+				v.staged[h.ID] = mr
+			}
+			off = 0
+		}
+		addr, key = mr.Addr()+off, mr.RKey()
+		payload = nil
+	}
+	hl := wire.VerbsLen(h)
+	n := hl + len(payload)
+	var err error
+	if n <= vInline {
+		// Unsignaled, and straight from the header on the stack and the
+		// caller's payload into the work request.
+		var hb [wire.VerbsHeaderLen]byte
+		wire.PutVerbs(hb[:hl], h, addr, key, p.consumed)
+		err = p.qp.PostSendInline(wrSend|vSendSlots, 0, hb[:hl], payload)
+	} else {
+		if len(v.free) == 0 {
+			return false
+		}
+		slot := v.free[len(v.free)-1]
+		b := v.sendBuf.Bytes()[slot*vSlotSize : slot*vSlotSize+n]
+		wire.PutVerbs(b, h, addr, key, p.consumed)
+		copy(b[hl:], payload)
+		v.sge[0] = verbs.SGE{MR: v.sendBuf, Offset: uint64(slot * vSlotSize), Length: uint32(n)}
+		v.wr[0] = verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: verbs.Signaled, Local: v.sge[:]}
+		if err = p.qp.PostSend(v.wr[:]...); err == nil {
+			v.free = v.free[:len(v.free)-1]
+		}
+	}
+	if err != nil {
+		if errors.Is(err, verbs.ErrQueueFull) {
+			return false
+		}
+		v.dead = append(v.dead, peerFault{peer, err})
+		return true
+	}
+	p.sent++
+	p.reported = p.consumed
+	return true
+}
+
+// Read starts reading rendezvous message id of peer, at addr with key,
+// into dst for receive r. It reports done when it ended at once (err says
+// why); otherwise the engine hears of the end through ReadDone.
+func (v *Provider) Read(peer int, r any, dst []byte, id, addr uint64, key uint32) (done bool, err error) {
+	if len(v.freeReads) == 0 {
+		// The table grows as needed (entries hold slices, not arrays, so
+		// moving them moves nothing a posted request points into); the
+		// send queues bound the reads actually in flight.
+		v.reads = append(v.reads, vRead{})
+		v.freeReads = append(v.freeReads, len(v.reads)-1)
+	}
+	i := v.freeReads[len(v.freeReads)-1]
+	v.freeReads = v.freeReads[:len(v.freeReads)-1]
+	rd := &v.reads[i]
+	rd.r, rd.peer, rd.id, rd.dst, rd.stage = r, peer, id, dst, nil
+	mr, off, err := v.mem.Lookup(v.pd, dst)
+	if err == nil && mr == nil {
+		mr, err = v.getStage(len(dst))
+		rd.stage = mr
+	}
+	if err != nil {
+		v.endRead(i)
+		return true, err
+	}
+	// One read per chunk of the port's largest message; only the last is
+	// signaled (a failed one completes anyway).
+	k := (len(dst) + v.maxMsg - 1) / v.maxMsg
+	rd.sges, rd.wrs = rd.sges[:0], rd.wrs[:0]
+	for c := 0; c < k; c++ {
+		lo := c * v.maxMsg
+		n := min(v.maxMsg, len(dst)-lo)
+		rd.sges = append(rd.sges, verbs.SGE{MR: mr, Offset: off + uint64(lo), Length: uint32(n)})
+	}
+	for c := 0; c < k; c++ {
+		lo := uint64(c * v.maxMsg)
+		rd.wrs = append(rd.wrs, verbs.SendWR{ID: wrRead | uint64(i), Op: verbs.OpRDMARead,
+			Local: rd.sges[c : c+1], Remote: verbs.RemoteBuf{Addr: addr + lo, RKey: key, Len: uint64(rd.sges[c].Length)}})
+	}
+	rd.wrs[k-1].Flags = verbs.Signaled
+	if err := v.postRead(i); err != nil {
+		v.endRead(i)
+		return true, err
+	}
+	return false, nil
+}
+
+func (v *Provider) postRead(i int) error {
+	rd := &v.reads[i]
+	err := v.peers[rd.peer].qp.PostSend(rd.wrs...)
+	if errors.Is(err, verbs.ErrQueueFull) {
+		v.deferred = append(v.deferred, i)
+		return nil
+	}
+	return err
+}
+
+func (v *Provider) endRead(i int) {
+	if st := v.reads[i].stage; st != nil {
+		v.putStage(st)
+	}
+	rd := &v.reads[i]
+	rd.r, rd.dst, rd.stage = nil, nil, nil
+	v.freeReads = append(v.freeReads, i)
+}
+
+// Unstage drops the staged copy of rendezvous message id, which will not
+// be sent after all.
+func (v *Provider) Unstage(id uint64) {
+	if mr := v.staged[id]; mr != nil {
+		delete(v.staged, id)
+		v.putStage(mr)
+	}
+}
+
+// getStage returns a registered buffer of at least n bytes.
+func (v *Provider) getStage(n int) (*verbs.MR, error) {
+	c := max(16, bits.Len(uint(n-1)))
+	if l := v.stages[c]; len(l) > 0 {
+		mr := l[len(l)-1]
+		v.stages[c] = l[:len(l)-1]
+		v.kept -= mr.Len()
+		return mr, nil
+	}
+	mr, err := v.pd.Alloc(1<<c, verbs.AccessAll)
+	if err != nil {
+		return nil, fmt.Errorf("verbs provider: staging %d bytes: %w", n, err)
+	}
+	return mr, nil
+}
+
+func (v *Provider) putStage(mr *verbs.MR) {
+	if v.kept+mr.Len() > vStageKeep {
+		mr.Close()
+		return
+	}
+	c := bits.Len(uint(mr.Len() - 1))
+	v.stages[c] = append(v.stages[c], mr)
+	v.kept += mr.Len()
+}
+
+// Poll hands up to budget arrived frames to the engine and returns how
+// many it handed over (failures count as one each). It leaves world rank
+// direct's receives to TakeDirect (-1: none).
+func (v *Provider) Poll(budget, direct int) int {
+	for len(v.deferred) > 0 {
+		i := v.deferred[0]
+		if err := v.peers[v.reads[i].peer].qp.PostSend(v.reads[i].wrs...); err != nil {
+			if errors.Is(err, verbs.ErrQueueFull) {
+				break
+			}
+			v.readEnded(i, err)
+		}
+		v.deferred = v.deferred[1:]
+	}
+	for _, p := range v.byIx {
+		v.repostDue(p)
+	}
+	got := v.drain(v.cq, min(budget, len(v.wcs)))
+	// Receives: a few frames per peer per round, starting with a
+	// different peer each time, so that one busy sender cannot starve the
+	// others (their frames wait in their own queues, as on shm).
+	n := len(v.byIx)
+	start := v.next
+	if v.next++; v.next >= n {
+		v.next = 0
+	}
+	for k := 0; k < n && got < budget; k++ {
+		i := start + k
+		if i >= n {
+			i -= n
+		}
+		if v.byIx[i].world == direct {
+			continue // a blocking receive reads these itself
+		}
+		got += v.drain(v.byIx[i].rcq, min(8, budget-got))
+	}
+	// Failures last, and each only once the peer's frames that arrived
+	// before it are delivered: what a peer sent before it died (or said
+	// goodbye) still counts.
+	for len(v.dead) > 0 {
+		f := v.dead[0]
+		v.dead = v.dead[1:]
+		if p := v.peers[f.peer]; p != nil {
+			for v.drain(p.rcq, len(v.wcs)) > 0 {
+			}
+		}
+		v.fail(f.peer, f.cause)
+		got++
+	}
+	return got
+}
+
+// drain handles up to max completions from cq.
+func (v *Provider) drain(cq *verbs.CQ, max int) int {
+	n, err := cq.Poll(v.wcs[:max])
+	if err != nil {
+		return 0
+	}
+	for k := 0; k < n; k++ {
+		v.complete(&v.wcs[k])
+	}
+	return n
+}
+
+// TakeDirect looks at world rank w's next frame, if one has arrived. If
+// it is an eager message that matches (ctx, src, tag) and fits in buf, it
+// copies the payload into buf and returns its length and tag with taken.
+// Any other frame it handles as Poll would, and reports it with moved.
+func (v *Provider) TakeDirect(w int, ctx uint32, src, tag int, buf []byte) (n, gotTag int, taken, moved bool) {
+	p := v.peers[w]
+	if p == nil {
+		return 0, 0, false, false // not connected: nothing can have come
+	}
+	// As poll does. Here too, since a receive whose message is already
+	// waiting returns without the general progress: the sender must not
+	// run out of credits in a stream of those.
+	v.repostDue(p)
+	if k, err := p.rcq.Poll(v.wcs[:1]); k == 0 || err != nil {
+		return 0, 0, false, false
+	}
+	wc := &v.wcs[0]
+	if wc.Status == verbs.StatusSuccess && wc.ID&wrKindMask == wrRecv {
+		critpath.Arrived()
+		b := p.frame(int(wc.ID&0xff), int(wc.ByteLen))
+		var h wire.Header
+		if hl, c, ok := wire.GetVerbs(b, &h); ok && h.Kind == wire.Eager && h.Size <= uint64(len(buf)) && h.Matches(ctx, src, tag) {
+			p.heard(c)
+			copy(buf, b[hl:])
+			p.taken++ // posted again later, as in received
+			return int(h.Size), int(h.Tag), true, true
+		}
+	}
+	v.complete(wc)
+	return 0, 0, false, true
+}
+
+// complete handles one work completion.
+func (v *Provider) complete(wc *verbs.WorkCompletion) {
+	i := int(wc.ID &^ wrKindMask)
+	if wc.Status != verbs.StatusSuccess {
+		switch wc.ID & wrKindMask {
+		case wrSend:
+			if i < vSendSlots { // not an inline send, which holds no slot
+				v.free = append(v.free, i)
+			}
+		case wrRead:
+			v.readEnded(i, wc.Err())
+		case wrOneSided:
+			if p := v.byQPN[wc.QPN]; p != nil {
+				p.oneSided.fail(wc.Err())
+			}
+			v.oneSidedDone(i, false)
+		}
+		if p := v.byQPN[wc.QPN]; p != nil && p != v.self && !p.dead {
+			p.dead = true // one report is enough; the QP is in error now
+			v.dead = append(v.dead, peerFault{p.world, wc.Err()})
+		}
+		return
+	}
+	switch wc.ID & wrKindMask {
+	case wrRecv:
+		critpath.Arrived()
+		v.received(i>>8, i&0xff, int(wc.ByteLen))
+	case wrSend:
+		v.free = append(v.free, i)
+	case wrRead:
+		v.readEnded(i, nil)
+	case wrOneSided:
+		if p := v.byQPN[wc.QPN]; p != nil {
+			p.oneSided.Done++
+		}
+		v.oneSidedDone(i, true)
+	case wrProbe:
+		v.peers[i].probing = false
+	}
+}
+
+// received handles a frame in receive buffer k of world rank w.
+func (v *Provider) received(w, k, n int) {
+	p := v.peers[w]
+	b := p.frame(k, n)
+	h := &v.h
+	hl, c, ok := wire.GetVerbs(b, h)
+	if !ok {
+		v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("a %d-byte frame", n)})
+		return
+	}
+	p.heard(c)
+	switch h.Kind {
+	case wire.FIN:
+		v.Unstage(h.ID) // the peer has read it
+		v.pl = wire.Payload{}
+	case wire.Eager:
+		v.pl = wire.Payload{Flat: b[hl:]}
+	default:
+		v.pl = wire.Payload{}
+	}
+	v.eng.Deliver(p.world, h, &v.pl)
+	// The buffer is free again (deliver copied the frame out), but it is
+	// posted later, with others (vRepostBatch): not between this frame and
+	// whatever the process sends in answer to it.
+	p.taken++
+}
+
+// frame is the n bytes that arrived in p's receive buffer k.
+func (p *link) frame(k, n int) []byte { return p.recv.Bytes()[k*vSlotSize : k*vSlotSize+n] }
+
+// heard takes what a frame from p tells beyond its message: p's side is
+// connected (it sends), and its count c of our frames it has consumed.
+func (p *link) heard(c uint32) {
+	p.ready = true
+	if int32(c-p.acked) > 0 {
+		p.acked = c
+	}
+}
+
+// repostDue reposts p's taken buffers once a batch of them is due.
+func (v *Provider) repostDue(p *link) {
+	if p.taken-p.consumed >= vRepostBatch && !p.dead {
+		v.repost(p)
+	}
+}
+
+// repost posts p's buffers taken since it last ran again, with one call,
+// and returns the credits for them.
+func (v *Provider) repost(p *link) {
+	n := int(p.taken - p.consumed)
+	if err := p.postRecvs(p.consumed, n); err != nil {
+		p.taken = p.consumed // once: the peer is failed for it
+		v.dead = append(v.dead, peerFault{p.world, err})
+		return
+	}
+	p.consumed += uint32(n)
+	if p.consumed-p.reported >= vCredits/2 {
+		v.writeCredits(p)
+	}
+}
+
+// writeCredits tells p how many of its frames we consumed, without a
+// frame: an RDMA write into its control words.
+func (v *Provider) writeCredits(p *link) {
+	if v.writeCtl(p, 0, uint64(p.consumed)) == nil {
+		p.reported = p.consumed
+	}
+}
+
+// writeCtl writes val into p's control word k for this process.
+func (v *Provider) writeCtl(p *link, k int, val uint64) error {
+	src := v.ctl.Bytes()[len(v.peers)*vCtlWords*8:]
+	binary.NativeEndian.PutUint64(src, val)
+	v.sge[0] = verbs.SGE{MR: v.ctl, Offset: uint64(len(v.peers) * vCtlWords * 8), Length: 8}
+	v.wr[0] = verbs.SendWR{ID: wrCtl, Op: verbs.OpRDMAWrite, Flags: verbs.Inline, Local: v.sge[:],
+		Remote: p.ctl.At(uint64((v.me*vCtlWords + k) * 8))}
+	if k == 1 {
+		v.wr[0].Flags |= verbs.Signaled
+	}
+	return p.qp.PostSend(v.wr[:]...)
+}
+
+// ProbeEvery is how often a waiting process checks that its verbs peers
+// are alive. A dead peer is noticed only by traffic to it failing (RC
+// retransmissions running out); a process that waits for a message, or for
+// a rendezvous FIN, sends nothing — so while it waits it sends each peer
+// an empty RDMA write, which the peer's kernel acknowledges whatever its
+// process is doing. A dead peer is then known within ProbeEvery plus the
+// queue pair's failure bound.
+const ProbeEvery = 100 * time.Millisecond
+
+// Probe checks, at most every ProbeEvery, on the peers an operation
+// waits for (Engine.WaitedOn).
+func (v *Provider) Probe(now time.Time) {
+	if now.Sub(v.probed) < ProbeEvery {
+		return
+	}
+	v.probed = now
+	// A peer this process waits for but has never talked to has no queue
+	// pair to probe: connecting to it is the probe (a dead one refuses).
+	v.eng.WaitedOn(v.waited)
+	for w, yes := range v.waited {
+		if yes && v.isPeer[w] && (v.peers[w] == nil || !v.peers[w].connected) {
+			v.Connect(w)
+		}
+	}
+	for _, p := range v.byIx {
+		if p.probing || p.dead || !p.ready {
+			continue
+		}
+		if v.Closed(p.world) {
+			// It said goodbye: gone on purpose, and nothing to probe.
+			v.dead = append(v.dead, peerFault{p.world, errors.New("goodbye received")})
+			continue
+		}
+		v.wr[0] = verbs.SendWR{ID: wrProbe | uint64(p.world), Op: verbs.OpRDMAWrite, Flags: verbs.Signaled, Remote: p.ctl}
+		if p.qp.PostSend(v.wr[:]...) == nil {
+			p.probing = true
+		}
+	}
+}
+
+// readEnded finishes read i with err.
+func (v *Provider) readEnded(i int, err error) {
+	rd := v.reads[i]
+	if err == nil && rd.stage != nil && !v.eng.Abandoned(rd.r) {
+		copy(rd.dst, rd.stage.Bytes())
+	}
+	v.endRead(i)
+	v.eng.ReadDone(rd.r, rd.peer, rd.id, err)
+}
+
+// fail records that world rank w cannot be reached, for cause: its
+// queue pair failed, or no connection could be made.
+func (v *Provider) fail(w int, cause error) {
+	if p := v.peers[w]; p != nil {
+		p.dead = true
+	}
+	if v.eng.Failed(w) {
+		return
+	}
+	if !errors.Is(cause, ErrGone) && !errors.Is(cause, ErrNoRoute) {
+		cause = fmt.Errorf("over %s: %w", v.dev.Name(), cause)
+	}
+	v.eng.Lost(w, v.Closed(w), cause)
+}
+
+// Closed reports whether the peer said goodbye (Close) before going.
+func (v *Provider) Closed(peer int) bool {
+	return atomic.LoadUint64(v.ctlWord(peer, 1)) == 1
+}
+
+// Goodbye tells every connected peer that this process is closing on
+// purpose, and waits (briefly) until the writes are acknowledged.
+func (v *Provider) Goodbye() {
+	want := 0
+	for _, p := range v.peers {
+		if p != nil && p.connected && v.writeCtl(p, 1, 1) == nil {
+			want++
+		}
+	}
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for want > 0 && time.Now().Before(deadline) {
+		n, err := v.cq.Poll(v.wcs[:])
+		if err != nil {
+			return
+		}
+		for k := 0; k < n; k++ {
+			if v.wcs[k].ID == wrCtl {
+				want--
+			}
+		}
+	}
+}
+
+// Close releases everything the provider holds; WaitHandshakes then
+// waits for the handshakes it ended.
+func (v *Provider) Close() error {
+	if v.self != nil {
+		v.self.qp.Close()
+	}
+	if v.selfT != nil {
+		v.selfT.Close()
+	}
+	v.closing = true
+	if v.hsStop != nil {
+		v.hsStop()
+	}
+	if v.ln != nil {
+		v.ln.Close()
+	}
+	for c := range v.conns {
+		c.Close()
+	}
+	for _, p := range v.byIx {
+		p.close()
+	}
+	for _, mr := range v.staged {
+		mr.Close()
+	}
+	for _, rd := range v.reads {
+		if rd.stage != nil {
+			rd.stage.Close()
+		}
+	}
+	for _, o := range v.oneSided {
+		if o.stage != nil {
+			o.stage.Close()
+		}
+	}
+	for _, l := range v.stages {
+		for _, mr := range l {
+			mr.Close()
+		}
+	}
+	if v.mem != nil {
+		v.mem.Deregister()
+	}
+	for _, mr := range []*verbs.MR{v.sendBuf, v.ctl, v.atoms} {
+		if mr != nil {
+			mr.Close()
+		}
+	}
+	if v.cq != nil {
+		v.cq.Close()
+	}
+	if v.pd != nil {
+		v.pd.Close()
+	}
+	if v.dev != nil {
+		return v.dev.Close()
+	}
+	return nil
+}
+
+// QPError fails the peer whose queue pair qpn reported an async error;
+// the next Poll hands the failure to the engine.
+func (v *Provider) QPError(qpn uint32, cause error) {
+	if p := v.byQPN[qpn]; p != nil && p != v.self {
+		v.dead = append(v.dead, peerFault{p.world, cause})
+	}
+}
+
+// DeviceFatal fails every peer with a queue pair: the device is lost.
+func (v *Provider) DeviceFatal(cause error) {
+	for _, p := range v.byIx {
+		v.dead = append(v.dead, peerFault{p.world, cause})
+	}
+}
+
+// QueuePairs lists the world ranks this process has made a queue pair
+// for, in rank order: connections are made on first use.
+func (v *Provider) QueuePairs() []int {
+	var out []int
+	for w, p := range v.peers {
+		if p != nil {
+			out = append(out, w)
+		}
+	}
+	return out
+}

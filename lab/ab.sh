@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Rivet against Rivet: the work tree's osu_latency (8 B) and osu_bw
+# (1 MiB) beside the same benchmarks built from an earlier revision, in
+# one run, alternating which goes first; prints the median of per-round
+# ratios (work tree / revision) with its 95% interval. For a change that
+# must leave the hot paths as they were (a refactor, a move).
+#
+#   bash lab/ab.sh REV shm       # 2 ranks on this host, shared memory, pinned
+#   bash lab/ab.sh REV rxe       # 2 ranks over verbs on soft-RoCE, in the VM
+#
+# ROUNDS (default 15) rounds. Latency: a ratio under 1 is faster;
+# bandwidth: over 1 is faster.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rev=${1:?usage: bash lab/ab.sh REV shm|rxe}
+where=${2:-shm}
+rounds=${ROUNDS:-15}
+
+if [ "${3:-}" != "--in-vm" ]; then
+	out=$(mktemp -d /tmp/rivet-ab.XXXXXX)
+	trap 'git worktree remove --force "$out/old" 2>/dev/null; rm -rf "$out"' EXIT
+	git worktree add -q --detach "$out/old" "$rev"
+	for side in new old; do
+		src=.
+		[ $side = old ] && src=$out/old
+		(cd "$src" && CGO_ENABLED=0 go build -o "$out/$side/rivet" ./cmd/rivet && CGO_ENABLED=0 go build -o "$out/$side/rivetrun" ./cmd/rivetrun)
+	done
+	if [ "$where" = rxe ]; then
+		CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
+		exec "$out/rxevm" -q -topology rxe -timeout 40m env BIN="$out" ROUNDS="$rounds" bash "$0" "$rev" rxe --in-vm
+	fi
+	BIN=$out
+fi
+source lab/stats.sh
+
+w=$(mktemp -d)
+run() { # SIDE BENCH ARGS...: the figure of the one row it prints
+	local side=$1
+	shift
+	if [ "$where" = rxe ]; then
+		RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=rxe0 timeout 300 "$BIN/$side/rivetrun" -n 2 -bind-to core "$BIN/$side/rivet" bench "$@" 2>/dev/null
+	else
+		timeout 300 "$BIN/$side/rivetrun" -n 2 -bind-to core "$BIN/$side/rivet" bench "$@" 2>/dev/null
+	fi | grep -E '^[0-9]' | tail -1 | awk '{print $2}' | grep . || echo -
+}
+iters=100000
+[ "$where" = rxe ] && iters=5000
+for ((r = 0; r < rounds; r++)); do
+	order="new old"
+	((r % 2)) && order="old new"
+	for side in $order; do
+		run $side osu_latency -m 8:8 -i $iters -x $((iters / 10)) >>"$w/lat.$side"
+		run $side osu_bw -m 1048576:1048576 -i 20 -x 4 >>"$w/bw.$side"
+	done
+done
+
+echo "# work tree against $rev, $where, 2 ranks, $rounds rounds; $(nproc) CPUs, kernel $(uname -r)"
+echo "| measure | work tree | $rev | ratio (median of per-round ratios) | 95% interval |"
+echo "|---|---|---|---|---|"
+for m in lat bw; do
+	name="osu_latency 8 B (µs)"
+	[ $m = bw ] && name="osu_bw 1 MiB (MB/s)"
+	echo "| $name | $(median <"$w/$m.new") | $(median <"$w/$m.old") | $(ratios "$w/$m.new" "$w/$m.old" | median | decimals 3) | $(ratios "$w/$m.new" "$w/$m.old" | median_ci) |"
+done
+echo "per round: latency new $(tr '\n' ' ' <"$w/lat.new")| old $(tr '\n' ' ' <"$w/lat.old")"
+echo "per round: bandwidth new $(tr '\n' ' ' <"$w/bw.new")| old $(tr '\n' ' ' <"$w/bw.old")"
