@@ -13,6 +13,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/fabric/internal/rdma"
 	"github.com/rivet-hpc/rivet/fabric/internal/shm"
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
 func init() {
@@ -88,6 +89,25 @@ func progSizes(ctx context.Context, ep *Endpoint) error {
 }
 
 func TestSizes(t *testing.T) { runOK(t, 3, "sizes") }
+
+// TestWildcards: the matching rule (wire.Header.Matches) and the API
+// spell "any" alike.
+func TestWildcards(t *testing.T) {
+	if AnySource != wire.Any || AnyTag != wire.Any {
+		t.Fatalf("AnySource %d, AnyTag %d, wire.Any %d", AnySource, AnyTag, wire.Any)
+	}
+	h := wire.Header{Ctx: 3, Src: 1, Tag: 7}
+	for _, c := range []struct {
+		ctx      uint32
+		src, tag int
+		want     bool
+	}{{3, 1, 7, true}, {3, AnySource, 7, true}, {3, 1, AnyTag, true}, {3, AnySource, AnyTag, true},
+		{4, AnySource, AnyTag, false}, {3, 2, AnyTag, false}, {3, AnySource, 8, false}} {
+		if got := h.Matches(c.ctx, c.src, c.tag); got != c.want {
+			t.Errorf("Matches(%d, %d, %d) = %v", c.ctx, c.src, c.tag, got)
+		}
+	}
+}
 
 // progOrder: MPI's non-overtaking rule per (source, tag, communicator),
 // with eager and rendezvous messages mixed, and two tags received in the

@@ -1,35 +1,38 @@
 #!/usr/bin/env bash
-# Rivet against Rivet: the work tree's osu_latency (8 B) and osu_bw
-# (1 MiB) beside the same benchmarks built from an earlier revision, in
-# one run, alternating which goes first; prints the median of per-round
-# ratios (work tree / revision) with its 95% interval. For a change that
-# must leave the hot paths as they were (a refactor, a move).
+# Rivet against Rivet: osu_latency (8 B) and osu_bw (1 MiB) built from
+# two revisions, in one run, alternating which goes first; prints the
+# median of per-round ratios (NEW / OLD) with its 95% interval. For a
+# change that must leave the hot paths as they were (a refactor, a move).
+# Both builds print 4 decimals (OSU's 2 cannot tell 0.13 µs from 0.14).
 #
-#   bash lab/ab.sh REV shm       # 2 ranks on this host, shared memory, pinned
-#   bash lab/ab.sh REV rxe       # 2 ranks over verbs on soft-RoCE, in the VM
+#   bash lab/ab.sh OLD shm [NEW]   # 2 ranks on this host, shared memory, pinned
+#   bash lab/ab.sh OLD rxe [NEW]   # 2 ranks over verbs on soft-RoCE, in the VM
 #
-# ROUNDS (default 15) rounds. Latency: a ratio under 1 is faster;
-# bandwidth: over 1 is faster.
+# NEW defaults to HEAD (commit what you measure). ROUNDS (default 15)
+# rounds. Latency: a ratio under 1 is faster; bandwidth: over 1 is faster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rev=${1:?usage: bash lab/ab.sh REV shm|rxe}
+rev=${1:?usage: bash lab/ab.sh OLD shm|rxe [NEW]}
 where=${2:-shm}
+new=${3:-HEAD}
 rounds=${ROUNDS:-15}
 
-if [ "${3:-}" != "--in-vm" ]; then
+if [ "$new" != "--in-vm" ]; then
 	out=$(mktemp -d /tmp/rivet-ab.XXXXXX)
-	trap 'git worktree remove --force "$out/old" 2>/dev/null; rm -rf "$out"' EXIT
-	git worktree add -q --detach "$out/old" "$rev"
+	trap 'git worktree remove --force "$out/src.old" 2>/dev/null; git worktree remove --force "$out/src.new" 2>/dev/null; rm -rf "$out"' EXIT
 	for side in new old; do
-		src=.
-		[ $side = old ] && src=$out/old
-		(cd "$src" && CGO_ENABLED=0 go build -o "$out/$side/rivet" ./cmd/rivet && CGO_ENABLED=0 go build -o "$out/$side/rivetrun" ./cmd/rivetrun)
+		r=$new
+		[ $side = old ] && r=$rev
+		git worktree add -q --detach "$out/src.$side" "$r"
+		sed -i 's/fieldWidth, 2, /fieldWidth, 4, /g' "$out/src.$side/bench/osu/osu.go"
+		(cd "$out/src.$side" && CGO_ENABLED=0 go build -o "$out/$side/rivet" ./cmd/rivet && CGO_ENABLED=0 go build -o "$out/$side/rivetrun" ./cmd/rivetrun)
 	done
 	if [ "$where" = rxe ]; then
 		CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
 		exec "$out/rxevm" -q -topology rxe -timeout 40m env BIN="$out" ROUNDS="$rounds" bash "$0" "$rev" rxe --in-vm
 	fi
 	BIN=$out
+	rev="$rev → $new"
 fi
 source lab/stats.sh
 
@@ -54,8 +57,8 @@ for ((r = 0; r < rounds; r++)); do
 	done
 done
 
-echo "# work tree against $rev, $where, 2 ranks, $rounds rounds; $(nproc) CPUs, kernel $(uname -r)"
-echo "| measure | work tree | $rev | ratio (median of per-round ratios) | 95% interval |"
+echo "# $rev, $where, 2 ranks, $rounds rounds; $(nproc) CPUs, kernel $(uname -r)"
+echo "| measure | new | old | ratio new/old (median of per-round ratios) | 95% interval |"
 echo "|---|---|---|---|---|"
 for m in lat bw; do
 	name="osu_latency 8 B (µs)"

@@ -120,7 +120,8 @@ func GetVerbs(b []byte, h *Header) (n int, credit uint32, ok bool) {
 	return VerbsHeaderLen, le.Uint32(b[HeaderLen+4:]), true
 }
 
-// Any, as a receive's source or tag, matches every sender or tag.
+// Any is the source or tag of a receive that matches every sender or
+// tag.
 const Any = -1
 
 // Matches reports whether a receive on context ctx from src with tag
