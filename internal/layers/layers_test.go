@@ -13,19 +13,20 @@ const module = "github.com/rivet-hpc/rivet"
 // lower rank (test files may import anything). A package missing here
 // fails the test, so that a new one is placed on purpose.
 var rank = map[string]int{
-	"internal/tsc":      0,
-	"internal/elem":     0,
-	"internal/reduce":   0,
-	"internal/godebug":  0,
-	"internal/nodecoll": 0,
-	"internal/critpath": 1,
-	"op":                1,
-	"internal/uverbs":   2,
-	"internal/rxe":      2,
-	"hw":                3,
-	"verbs":             4,
-	"internal/pmi":      4,
-	"internal/sysmon":   4,
+	"internal/tsc":       0,
+	"internal/elem":      0,
+	"internal/reduce":    0,
+	"internal/godebug":   0,
+	"internal/nodecoll":  0,
+	"internal/critpath":  1,
+	"internal/heartbeat": 1,
+	"op":                 1,
+	"internal/uverbs":    2,
+	"internal/rxe":       2,
+	"hw":                 3,
+	"verbs":              4,
+	"internal/pmi":       4,
+	"internal/sysmon":    4,
 	// The fabric: how processes meet, its formats, its providers, then
 	// the package that joins them.
 	"fabric/bootstrap":       5,

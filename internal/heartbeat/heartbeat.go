@@ -1,0 +1,105 @@
+//go:build linux
+
+// Package heartbeat runs a process's heartbeat: a thread that adds one
+// to a few words of memory every period, whatever the rest of the
+// process is doing. A failure detector reads those words — a load on the
+// node, an RDMA read across nodes — and suspects the process when they
+// stop moving.
+//
+// On amd64 the thread is made with clone(2) outside the Go runtime: a
+// loop of a few instructions on a stack of its own, every signal
+// blocked, that sleeps in futex(2) between beats. The Go scheduler never
+// runs it, so a goroutine computing for seconds on a process confined to
+// one CPU with GOMAXPROCS 1 — where no goroutine of a ticker would run
+// until the computation yields — cannot delay it: the kernel wakes it
+// like any sleeping thread. It stops with the process (SIGSTOP) and dies
+// with it. Elsewhere it is a goroutine on a locked thread, which a busy
+// process can delay (Independent reports which).
+package heartbeat
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxWords is how many words one heartbeat adds to.
+const MaxWords = 8
+
+// The thread's arguments, at the start of its mapping (the stack is the
+// rest): where the thread and Stop meet, and what the thread may touch —
+// memory the Go runtime never moves or frees.
+type args struct {
+	stop   uint32 // set by Stop; the thread's futex
+	_      uint32
+	tid    uint32 // the thread's id while it runs; the kernel clears it at its exit
+	_      uint32
+	period unix.Timespec
+	n      uint64
+	words  [MaxWords]*uint64
+}
+
+const mapSize = 64 << 10 // arguments, then the stack
+
+// Beat is a running heartbeat.
+type Beat struct {
+	mem  []byte
+	a    *args
+	stop func() // the fallback's
+}
+
+// ErrStopped is returned by Stop for a heartbeat already stopped.
+var ErrStopped = errors.New("heartbeat: already stopped")
+
+// Start starts adding one to each of words every period. The words must
+// be 8-byte aligned memory that the Go runtime does not manage (mmapped:
+// a shared-memory segment, registered NIC memory) and must stay mapped
+// until Stop returns.
+func Start(period time.Duration, words ...*uint64) (*Beat, error) {
+	if period <= 0 || len(words) == 0 || len(words) > MaxWords {
+		return nil, fmt.Errorf("heartbeat: a period of %v over %d words", period, len(words))
+	}
+	for _, w := range words {
+		if w == nil || uintptr(unsafe.Pointer(w))%8 != 0 {
+			return nil, fmt.Errorf("heartbeat: word %p is not 8-byte aligned", w)
+		}
+	}
+	mem, err := unix.Mmap(-1, 0, mapSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: mapping its stack: %w", err)
+	}
+	b := &Beat{mem: mem, a: (*args)(unsafe.Pointer(&mem[0]))}
+	b.a.period = unix.NsecToTimespec(period.Nanoseconds())
+	b.a.n = uint64(copy(b.a.words[:], words))
+	if err := b.start(); err != nil {
+		unix.Munmap(mem)
+		return nil, err
+	}
+	return b, nil
+}
+
+// Stop ends the heartbeat and waits until its thread has exited.
+func (b *Beat) Stop() error {
+	if b.mem == nil {
+		return ErrStopped
+	}
+	atomic.StoreUint32(&b.a.stop, 1)
+	if b.stop != nil {
+		b.stop()
+	} else {
+		// Wake it from its sleep, then wait for the kernel to clear its
+		// id, which it does once the thread has left its stack for good.
+		const futexWakePrivate = 1 | 128 // FUTEX_WAKE|FUTEX_PRIVATE_FLAG
+		unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(&b.a.stop)), futexWakePrivate, 1, 0, 0, 0)
+		for atomic.LoadUint32(&b.a.tid) != 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	err := unix.Munmap(b.mem)
+	b.mem, b.a = nil, nil
+	return err
+}

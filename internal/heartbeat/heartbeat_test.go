@@ -1,0 +1,156 @@
+//go:build linux
+
+package heartbeat
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// words maps n words outside the Go heap, as a heartbeat needs them.
+func words(t *testing.T, n int) []uint64 {
+	t.Helper()
+	mem, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n)
+}
+
+func threads(t *testing.T) int {
+	t.Helper()
+	d, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(d)
+}
+
+// TestBeat: every word moves at the period's pace, together; Stop ends
+// the thread, after which nothing moves.
+func TestBeat(t *testing.T) {
+	w := words(t, 2)
+	before := threads(t)
+	b, err := Start(5*time.Millisecond, &w[0], &w[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	// 40 beats are due; the thread sleeps in between, so only a host
+	// that left it unscheduled for most of 200 ms gives fewer than 10.
+	a0, a1 := atomic.LoadUint64(&w[0]), atomic.LoadUint64(&w[1])
+	if a0 < 10 || a1+1 < a0 || a0+1 < a1 {
+		t.Errorf("after 200 ms of 5 ms beats: %d and %d", a0, a1)
+	}
+	if Independent && threads(t) != before+1 {
+		t.Errorf("%d threads while beating, %d before", threads(t), before)
+	}
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Stop(); err != ErrStopped {
+		t.Errorf("a second Stop: %v", err)
+	}
+	end := atomic.LoadUint64(&w[0])
+	time.Sleep(30 * time.Millisecond)
+	if got := atomic.LoadUint64(&w[0]); got != end {
+		t.Errorf("the word moved from %d to %d after Stop", end, got)
+	}
+	if got := threads(t); got != before {
+		t.Errorf("%d threads after Stop, %d before", got, before)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	w := words(t, 2)
+	odd := (*uint64)(unsafe.Add(unsafe.Pointer(&w[0]), 4))
+	for _, c := range []struct {
+		period time.Duration
+		words  []*uint64
+	}{{0, []*uint64{&w[0]}}, {time.Millisecond, nil}, {time.Millisecond, []*uint64{nil}}, {time.Millisecond, []*uint64{odd}},
+		{time.Millisecond, make([]*uint64, MaxWords+1)}} {
+		if b, err := Start(c.period, c.words...); err == nil {
+			b.Stop()
+			t.Errorf("Start(%v, %d words) accepted", c.period, len(c.words))
+		}
+	}
+}
+
+// TestIndependent: a process confined to one CPU, GOMAXPROCS 1, whose
+// only goroutine computes without a function call and without
+// asynchronous preemption — where a goroutine's ticker never runs —
+// still beats: the computation waits for 100 beats, and ends.
+func TestIndependent(t *testing.T) {
+	if !Independent {
+		t.Skip("the heartbeat is a goroutine on " + runtime.GOARCH)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSpinChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "HEARTBEAT_SPIN=1", "GOMAXPROCS=1", "GODEBUG=asyncpreemptoff=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the spinning process: %v (a heartbeat the computation can delay never ends it)\n%s", err, out)
+	}
+	i := strings.Index(string(out), "ticks=")
+	if i < 0 {
+		t.Fatalf("no report:\n%s", out)
+	}
+	var ticks int
+	var took time.Duration
+	if _, err := fmt.Sscanf(string(out[i:]), "ticks=%d took=%d", &ticks, &took); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	t.Logf("100 beats of 10 ms in %v while computing; a goroutine's ticker ticked %d times meanwhile", took.Round(time.Millisecond), ticks)
+	// The scenario starves goroutines: without the race detector the
+	// ticker never runs (0); its instrumented atomics let one tick by.
+	if ticks > 10 {
+		t.Errorf("the goroutine ticker ran %d times during the computation: the test does not starve goroutines", ticks)
+	}
+}
+
+// TestSpinChild is TestIndependent's process; on its own it does
+// nothing.
+func TestSpinChild(t *testing.T) {
+	if os.Getenv("HEARTBEAT_SPIN") != "1" {
+		return
+	}
+	// Every thread on one CPU, as rivetrun -bind-to core places a rank.
+	var set unix.CPUSet
+	set.Set(0)
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, d := range tasks {
+		tid, _ := strconv.Atoi(d.Name())
+		unix.SchedSetaffinity(tid, &set)
+	}
+	w := words(t, 1)
+	var ticks atomic.Int64
+	go func() {
+		for range time.Tick(10 * time.Millisecond) {
+			ticks.Add(1)
+		}
+	}()
+	runtime.Gosched()
+	b, err := Start(10*time.Millisecond, &w[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	start := time.Now()
+	t0 := ticks.Load()
+	for atomic.LoadUint64(&w[0]) < 100 {
+	}
+	fmt.Printf("ticks=%d took=%d\n", ticks.Load()-t0, time.Since(start))
+}

@@ -1,0 +1,33 @@
+//go:build linux
+
+package heartbeat
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Independent reports whether the heartbeat runs outside the Go
+// scheduler, so that no goroutine can delay it.
+const Independent = true
+
+// spawn clones a thread that runs the heartbeat loop over a (at the
+// bottom of its mapping) on the stack that ends at stack, with every
+// signal blocked (thread_amd64.s). It returns the thread's id, or the
+// error number.
+//
+//go:noescape
+func spawn(a unsafe.Pointer, stack uintptr) (tid int, errno uintptr)
+
+func (b *Beat) start() error {
+	top := uintptr(unsafe.Pointer(&b.mem[0])) + uintptr(len(b.mem))
+	// CLONE_PARENT_SETTID stores the thread's id in a.tid before clone
+	// returns, so Stop never mistakes a thread that has not started for
+	// one that has exited.
+	if _, errno := spawn(unsafe.Pointer(b.a), top&^15); errno != 0 {
+		return fmt.Errorf("heartbeat: clone: %w", unix.Errno(errno))
+	}
+	return nil
+}

@@ -1,0 +1,33 @@
+//go:build linux && !amd64
+
+package heartbeat
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Independent reports whether the heartbeat runs outside the Go
+// scheduler, so that no goroutine can delay it.
+const Independent = false
+
+// start runs the heartbeat as a goroutine on a thread of its own.
+func (b *Beat) start() error {
+	done := make(chan struct{})
+	a := b.a
+	go func() {
+		runtime.LockOSThread()
+		defer close(done)
+		t := time.NewTicker(time.Duration(a.period.Nano()))
+		defer t.Stop()
+		for atomic.LoadUint32(&a.stop) == 0 {
+			for _, w := range a.words[:a.n] {
+				atomic.AddUint64(w, 1)
+			}
+			<-t.C
+		}
+	}()
+	b.stop = func() { <-done }
+	return nil
+}
