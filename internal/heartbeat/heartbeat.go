@@ -15,6 +15,12 @@
 // like any sleeping thread. It stops with the process (SIGSTOP) and dies
 // with it. Elsewhere it is a goroutine on a locked thread, which a busy
 // process can delay (Independent reports which).
+//
+// The same thread enforces a verdict: it watches fence words, which the
+// process's peers set when they declare it failed, and ends the process
+// with a message and an exit status of its own once one is set — so a
+// process that was stopped, convicted and continued leaves within a
+// period, whatever its goroutines are doing (fail-stop).
 package heartbeat
 
 import (
@@ -27,8 +33,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxWords is how many words one heartbeat adds to.
-const MaxWords = 8
+// MaxWords is how many words one heartbeat adds to, and how many fence
+// words it watches.
+const MaxWords = 4
+
+// maxMessage is the longest message a fenced process writes.
+const maxMessage = 256
+
+// Config says what a heartbeat does.
+type Config struct {
+	Period time.Duration
+	// Words are added to, one each period. They must be 8-byte aligned
+	// memory that the Go runtime does not manage (mmapped: a
+	// shared-memory segment, registered NIC memory) and stay mapped until
+	// Stop returns; so must Fences.
+	Words []*uint64
+	// Fences are watched every period: once one is not zero, the thread
+	// writes Message to standard error and ends the process with Status.
+	Fences  []*uint64
+	Message string
+	Status  int
+}
 
 // The thread's arguments, at the start of its mapping (the stack is the
 // rest): where the thread and Stop meet, and what the thread may touch —
@@ -41,6 +66,11 @@ type args struct {
 	period unix.Timespec
 	n      uint64
 	words  [MaxWords]*uint64
+	nf     uint64
+	fences [MaxWords]*uint64
+	status uint64
+	msgLen uint64
+	msg    [maxMessage]byte
 }
 
 const mapSize = 64 << 10 // arguments, then the stack
@@ -55,15 +85,15 @@ type Beat struct {
 // ErrStopped is returned by Stop for a heartbeat already stopped.
 var ErrStopped = errors.New("heartbeat: already stopped")
 
-// Start starts adding one to each of words every period. The words must
-// be 8-byte aligned memory that the Go runtime does not manage (mmapped:
-// a shared-memory segment, registered NIC memory) and must stay mapped
-// until Stop returns.
-func Start(period time.Duration, words ...*uint64) (*Beat, error) {
-	if period <= 0 || len(words) == 0 || len(words) > MaxWords {
-		return nil, fmt.Errorf("heartbeat: a period of %v over %d words", period, len(words))
+// Start starts the heartbeat c describes.
+func Start(c Config) (*Beat, error) {
+	if c.Period <= 0 || len(c.Words) == 0 || len(c.Words) > MaxWords || len(c.Fences) > MaxWords {
+		return nil, fmt.Errorf("heartbeat: a period of %v over %d words, watching %d", c.Period, len(c.Words), len(c.Fences))
 	}
-	for _, w := range words {
+	if len(c.Message) > maxMessage || c.Status < 0 || c.Status > 255 {
+		return nil, fmt.Errorf("heartbeat: a %d-byte message, exit status %d", len(c.Message), c.Status)
+	}
+	for _, w := range append(c.Words[:len(c.Words):len(c.Words)], c.Fences...) {
 		if w == nil || uintptr(unsafe.Pointer(w))%8 != 0 {
 			return nil, fmt.Errorf("heartbeat: word %p is not 8-byte aligned", w)
 		}
@@ -73,8 +103,11 @@ func Start(period time.Duration, words ...*uint64) (*Beat, error) {
 		return nil, fmt.Errorf("heartbeat: mapping its stack: %w", err)
 	}
 	b := &Beat{mem: mem, a: (*args)(unsafe.Pointer(&mem[0]))}
-	b.a.period = unix.NsecToTimespec(period.Nanoseconds())
-	b.a.n = uint64(copy(b.a.words[:], words))
+	b.a.period = unix.NsecToTimespec(c.Period.Nanoseconds())
+	b.a.n = uint64(copy(b.a.words[:], c.Words))
+	b.a.nf = uint64(copy(b.a.fences[:], c.Fences))
+	b.a.status = uint64(c.Status)
+	b.a.msgLen = uint64(copy(b.a.msg[:], c.Message))
 	if err := b.start(); err != nil {
 		unix.Munmap(mem)
 		return nil, err
@@ -103,3 +136,4 @@ func (b *Beat) Stop() error {
 	b.mem, b.a = nil, nil
 	return err
 }
+

@@ -4,6 +4,7 @@ package heartbeat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,7 +44,7 @@ func threads(t *testing.T) int {
 func TestBeat(t *testing.T) {
 	w := words(t, 2)
 	before := threads(t)
-	b, err := Start(5*time.Millisecond, &w[0], &w[1])
+	b, err := Start(Config{Period: 5 * time.Millisecond, Words: []*uint64{&w[0], &w[1]}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +77,13 @@ func TestBeat(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	w := words(t, 2)
 	odd := (*uint64)(unsafe.Add(unsafe.Pointer(&w[0]), 4))
-	for _, c := range []struct {
-		period time.Duration
-		words  []*uint64
-	}{{0, []*uint64{&w[0]}}, {time.Millisecond, nil}, {time.Millisecond, []*uint64{nil}}, {time.Millisecond, []*uint64{odd}},
-		{time.Millisecond, make([]*uint64, MaxWords+1)}} {
-		if b, err := Start(c.period, c.words...); err == nil {
+	ms, one := time.Millisecond, []*uint64{&w[0]}
+	for _, c := range []Config{{Words: one}, {Period: ms}, {Period: ms, Words: []*uint64{nil}}, {Period: ms, Words: []*uint64{odd}},
+		{Period: ms, Words: make([]*uint64, MaxWords+1)}, {Period: ms, Words: one, Fences: []*uint64{odd}},
+		{Period: ms, Words: one, Status: 256}, {Period: ms, Words: one, Message: strings.Repeat("x", maxMessage+1)}} {
+		if b, err := Start(c); err == nil {
 			b.Stop()
-			t.Errorf("Start(%v, %d words) accepted", c.period, len(c.words))
+			t.Errorf("Start(%+v) accepted", c)
 		}
 	}
 }
@@ -121,6 +121,40 @@ func TestIndependent(t *testing.T) {
 	}
 }
 
+// TestFence: a process whose fence word is set ends with the message
+// and status asked for, even while its one goroutine computes without
+// yielding.
+func TestFence(t *testing.T) {
+	if !Independent {
+		t.Skip("the heartbeat is a goroutine on " + runtime.GOARCH)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSpinChild$")
+	cmd.Env = append(os.Environ(), "HEARTBEAT_SPIN=1", "HEARTBEAT_FENCE=1", "GOMAXPROCS=1", "GODEBUG=asyncpreemptoff=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 42 || !strings.Contains(string(out), "fenced out") {
+		t.Fatalf("a fenced process: %v (want exit status 42 and its message)\n%s", err, out)
+	}
+}
+
+// TestLayout: the offsets thread_amd64.s reads the arguments at.
+func TestLayout(t *testing.T) {
+	var a args
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{{"stop", unsafe.Offsetof(a.stop), 0}, {"tid", unsafe.Offsetof(a.tid), 8}, {"period", unsafe.Offsetof(a.period), 16},
+		{"n", unsafe.Offsetof(a.n), 32}, {"words", unsafe.Offsetof(a.words), 40}, {"nf", unsafe.Offsetof(a.nf), 72},
+		{"fences", unsafe.Offsetof(a.fences), 80}, {"status", unsafe.Offsetof(a.status), 112},
+		{"msgLen", unsafe.Offsetof(a.msgLen), 120}, {"msg", unsafe.Offsetof(a.msg), 128}} {
+		if c.got != c.want {
+			t.Errorf("args.%s at %d, thread_amd64.s reads it at %d", c.name, c.got, c.want)
+		}
+	}
+}
+
 // TestSpinChild is TestIndependent's process; on its own it does
 // nothing.
 func TestSpinChild(t *testing.T) {
@@ -135,7 +169,7 @@ func TestSpinChild(t *testing.T) {
 		tid, _ := strconv.Atoi(d.Name())
 		unix.SchedSetaffinity(tid, &set)
 	}
-	w := words(t, 1)
+	w := words(t, 2)
 	var ticks atomic.Int64
 	go func() {
 		for range time.Tick(10 * time.Millisecond) {
@@ -143,11 +177,23 @@ func TestSpinChild(t *testing.T) {
 		}
 	}()
 	runtime.Gosched()
-	b, err := Start(10*time.Millisecond, &w[0])
+	c := Config{Period: 10 * time.Millisecond, Words: []*uint64{&w[0]}}
+	fenced := os.Getenv("HEARTBEAT_FENCE") == "1"
+	if fenced {
+		c.Fences, c.Message, c.Status = []*uint64{&w[1]}, "fenced out\n", 42
+	}
+	b, err := Start(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Stop()
+	if fenced {
+		// Declared failed while computing: only the heartbeat's thread
+		// can end this.
+		atomic.StoreUint64(&w[1], 1)
+		for {
+		}
+	}
 	start := time.Now()
 	t0 := ticks.Load()
 	for atomic.LoadUint64(&w[0]) < 100 {

@@ -8,6 +8,11 @@
 #define A_PERIOD 16
 #define A_N 32
 #define A_WORDS 40
+#define A_NF 72
+#define A_FENCES 80
+#define A_STATUS 112
+#define A_MSGLEN 120
+#define A_MSG 128
 
 // CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM|
 // CLONE_PARENT_SETTID|CLONE_CHILD_CLEARTID
@@ -57,11 +62,25 @@ ok:
 	RET
 
 child:
-	// The heartbeat: until stop is set, add one to each word, then sleep
-	// a period in futex(stop, WAIT, 0) so that Stop can wake it.
+	// The heartbeat: until stop is set, end the process if a fence word
+	// is set, add one to each word, then sleep a period in
+	// futex(stop, WAIT, 0) so that Stop can wake it.
 	MOVL A_STOP(R12), AX
 	TESTL AX, AX
 	JNE  exit
+	MOVQ A_NF(R12), CX
+	LEAQ A_FENCES(R12), BX
+fences:
+	TESTQ CX, CX
+	JEQ   beat
+	MOVQ  (BX), DX
+	MOVQ  (DX), AX
+	TESTQ AX, AX
+	JNE   fenced
+	ADDQ  $8, BX
+	DECQ  CX
+	JMP   fences
+beat:
 	MOVQ A_N(R12), CX
 	LEAQ A_WORDS(R12), BX
 words:
@@ -88,3 +107,13 @@ exit:
 	XORQ DI, DI
 	SYSCALL
 	JMP  exit
+fenced:
+	MOVQ $1, AX // write(2, msg, len)
+	MOVQ $2, DI
+	LEAQ A_MSG(R12), SI
+	MOVQ A_MSGLEN(R12), DX
+	SYSCALL
+	MOVQ $231, AX // exit_group: the whole process
+	MOVQ A_STATUS(R12), DI
+	SYSCALL
+	JMP  fenced

@@ -3,6 +3,7 @@
 package heartbeat
 
 import (
+	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,12 @@ func (b *Beat) start() error {
 		t := time.NewTicker(time.Duration(a.period.Nano()))
 		defer t.Stop()
 		for atomic.LoadUint32(&a.stop) == 0 {
+			for _, f := range a.fences[:a.nf] {
+				if atomic.LoadUint64(f) != 0 {
+					os.Stderr.Write(a.msg[:a.msgLen])
+					os.Exit(int(a.status))
+				}
+			}
 			for _, w := range a.words[:a.n] {
 				atomic.AddUint64(w, 1)
 			}
