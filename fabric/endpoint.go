@@ -20,6 +20,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/fabric/bootstrap"
 	"github.com/rivet-hpc/rivet/fabric/internal/rdma"
+	"github.com/rivet-hpc/rivet/internal/heartbeat"
 )
 
 var randRead = rand.Read
@@ -48,7 +49,9 @@ type Endpoint struct {
 	ids        idMask
 	closed     atomic.Bool
 	ftFile     *os.File
-	stopEvents func() // ends watchVerbs
+	stopEvents func()          // ends watchVerbs
+	beat       *heartbeat.Beat // this process's heartbeat, nil if none
+	stalled    []bool          // by world rank: a detector sees its heartbeat late (SetStalled)
 }
 
 // Init joins the job this process was started in (see bootstrap.Detect)
@@ -186,6 +189,9 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		if err := b.Put(ctx, "shm", []byte(sp.Path())); err != nil {
 			return err
 		}
+	}
+	if err := ep.startHeartbeat(); err != nil {
+		return err
 	}
 	if err := b.Fence(ctx); err != nil {
 		return err
@@ -403,6 +409,11 @@ func (ep *Endpoint) Close() error {
 }
 
 func (ep *Endpoint) closeProviders() {
+	if ep.beat != nil {
+		// Before the memory it counts in and watches is unmapped.
+		ep.beat.Stop()
+		ep.beat = nil
+	}
 	v := ep.verbs
 	if v != nil {
 		defer v.WaitHandshakes() // after the unlock: they take e.mu to finish

@@ -48,6 +48,8 @@ type engine struct {
 	// reading itself (recvDirect), -1 if none: polls leave them to it.
 	direct int
 	fin    wire.Header  // a FIN being sent; here so that it does not escape to the heap
+	nh     wire.Header  // a notice being sent, likewise
+	order  []int        // world ranks known failed, in the order this process learned it
 	sh     wire.Header  // a short message's, sent by sendNow; likewise
 	pl     wire.Payload // an unexpected message being received, likewise
 }
@@ -70,6 +72,16 @@ func newEngine(me, size int) *engine {
 
 // deliver takes one arrived frame from world rank peer.
 func (e *engine) deliver(peer int, h *wire.Header, p *wire.Payload) {
+	if e.failed[peer] != nil {
+		// Fenced out: once a peer is known failed (a detector's verdict
+		// included), nothing it sends counts. What it sent before was
+		// delivered first (markFailed).
+		return
+	}
+	if h.Kind == wire.Notice {
+		e.notice(peer, h)
+		return
+	}
 	if h.Kind == wire.FIN {
 		if r := e.rdv[h.ID]; r != nil {
 			delete(e.rdv, h.ID)
@@ -176,7 +188,7 @@ func (e *engine) finish(r *op, err error) {
 
 // sendCtl sends a control frame now or queues it behind earlier frames.
 func (e *engine) sendCtl(peer int, h *wire.Header) {
-	if e.failed[peer] != nil {
+	if e.failed[peer] != nil || e.route[peer] == nil {
 		return
 	}
 	if e.pending[peer].empty() && e.route[peer].send(peer, h, nil) {
@@ -530,6 +542,13 @@ func (e *engine) markFailedNow(peer int, cause error) {
 	}
 	e.failed[peer] = cause
 	e.nfailed++
+	if errors.Is(cause, ErrProcFailed) {
+		// Known before any operation reports it (the Fortran "known
+		// failed image" rule): the order is GetFailed's.
+		e.order = append(e.order, peer)
+		e.fence(peer)
+		e.spread(peer)
+	}
 	for _, p := range e.provs {
 		if f, ok := p.(failureListener); ok {
 			f.peerFailed(e, peer, cause)

@@ -29,17 +29,19 @@ import (
 //	RIVET_VERBOSE=1         Init logs how it reaches each peer
 //	RIVET_NODE              the node this process says it is on (tests)
 //	RIVET_FT_FD             rivetrun -ft's failure notices (set by rivetrun)
+//	RIVET_FT_HEARTBEAT      WithHeartbeat (a duration, or 0 for none)
 type Option func(*options)
 
 type options struct {
-	provider string // "auto", "shm" or "verbs"
-	device   string // verbs device, or a comma-separated list picked by node-local index
-	node     string // overrides the node key
-	shmPipe  int    // largest rendezvous message moved by pipeline on shared memory
-	tune     bool   // WithProcessTuning
-	sysmon   string // with tune: "auto", "idle" or "normal"
-	verbose  bool   // log routes at Init
-	ftFD     int    // the launcher's failure notices, 0 if none
+	provider string        // "auto", "shm" or "verbs"
+	device   string        // verbs device, or a comma-separated list picked by node-local index
+	node     string        // overrides the node key
+	shmPipe  int           // largest rendezvous message moved by pipeline on shared memory
+	tune     bool          // WithProcessTuning
+	sysmon   string        // with tune: "auto", "idle" or "normal"
+	verbose  bool          // log routes at Init
+	ftFD     int           // the launcher's failure notices, 0 if none
+	beat     time.Duration // the heartbeat's period, 0 for none
 	// The verbs queue pairs' transport timeout (exponent) and retry count;
 	// 0 means the fabric's default (vTimeout, verbs.DefaultRetryCount).
 	qpTimeout uint8
@@ -112,6 +114,20 @@ func WithDevice(name string) Option { return func(o *options) { o.device = name 
 // for every rank unless the environment already says.
 func WithProcessTuning(on bool) Option { return func(o *options) { o.tune = on } }
 
+// DefaultHeartbeat is the period of a process's heartbeat unless
+// WithHeartbeat says otherwise.
+const DefaultHeartbeat = 20 * time.Millisecond
+
+// WithHeartbeat sets the period of this process's heartbeat: a thread
+// outside the Go scheduler that counts in a word its peers read — with a
+// load on the node, an RDMA read across nodes — so that a failure
+// detector (package ft) can tell a process that stopped from one that is
+// only busy. It also ends the process, with ExitDeclaredFailed, once a
+// peer has declared it failed. The default is DefaultHeartbeat; 0 turns
+// it off (and with it every detector's view of this process). The
+// RIVET_FT_HEARTBEAT environment variable sets the same ("20ms", "0").
+func WithHeartbeat(period time.Duration) Option { return func(o *options) { o.beat = period } }
+
 func buildOptions(opts []Option) (options, error) {
 	o := options{
 		provider: os.Getenv("RIVET_PROVIDER"),
@@ -124,6 +140,17 @@ func buildOptions(opts []Option) (options, error) {
 		tune:    os.Getenv("RIVET_TUNE_PROCESS") == "1",
 		sysmon:  os.Getenv("RIVET_SYSMON"),
 		verbose: os.Getenv("RIVET_VERBOSE") == "1",
+		beat:    DefaultHeartbeat,
+	}
+	if v := os.Getenv("RIVET_FT_HEARTBEAT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if v == "0" {
+			d, err = 0, nil
+		}
+		if err != nil || d < 0 {
+			return o, fmt.Errorf("%w: RIVET_FT_HEARTBEAT=%q (want a duration, such as 20ms, or 0)", ErrInvalid, v)
+		}
+		o.beat = d
 	}
 	switch o.sysmon {
 	case "":
@@ -163,6 +190,9 @@ func buildOptions(opts []Option) (options, error) {
 			return o, fmt.Errorf("%w: verbs timeout %v (want 0, or up to 4.096 µs × 2^31)", ErrInvalid, o.qpAck)
 		}
 		o.qpTimeout = t
+	}
+	if o.beat < 0 || o.beat > 0 && o.beat < time.Millisecond {
+		return o, fmt.Errorf("%w: heartbeat period %v (want 0, or 1 ms or more)", ErrInvalid, o.beat)
 	}
 	if o.qpTimeout > 31 || o.qpRetry < 0 || o.qpRetry > 6 {
 		return o, fmt.Errorf("%w: verbs timeout %d, retries %d (want 0..31 and 0..6)", ErrInvalid, o.qpTimeout, o.qpRetry)

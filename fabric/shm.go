@@ -5,8 +5,10 @@ package fabric
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/shm"
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
@@ -42,6 +44,13 @@ func (s *shmProvider) close() error         { return s.Close() }
 func (s *shmProvider) peerFailed(e *engine, peer int, cause error) {
 	s.PeerFailed(e, peer, cause)
 }
+
+func (s *shmProvider) fence(w int) {
+	if word := s.PeerWord(w, shmseg.WordFenced); word != nil {
+		atomic.StoreUint64(word, 1)
+	}
+}
+func (s *shmProvider) fenceSelf() { atomic.StoreUint64(s.Word(shmseg.WordFenced), 1) }
 
 // The engine as the shared-memory provider sees it (shm.Engine).
 

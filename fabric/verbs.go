@@ -5,6 +5,7 @@ package fabric
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/rdma"
@@ -41,6 +42,8 @@ func (v *verbsProvider) takeDirect(_ *engine, w int, ctx uint32, src, tag int, b
 func (v *verbsProvider) probe(now time.Time, _ *engine) { v.Probe(now) }
 func (v *verbsProvider) unstage(id uint64)              { v.Unstage(id) }
 func (v *verbsProvider) closed(peer int) bool           { return v.Closed(peer) }
+func (v *verbsProvider) fence(w int)                    { v.Fence(w) }
+func (v *verbsProvider) fenceSelf()                     { atomic.StoreUint64(v.FenceWord(), 1) }
 func (v *verbsProvider) close() error                   { return v.Close() }
 
 // The engine as the verbs provider sees it (rdma.Engine), beside what the

@@ -136,4 +136,3 @@ func (b *Beat) Stop() error {
 	b.mem, b.a = nil, nil
 	return err
 }
-

@@ -64,6 +64,21 @@ func childDemote() error {
 	if State() != "normal" || Demoted() != 0 {
 		return fmt.Errorf("before Demote: state %s, thread %d", State(), Demoted())
 	}
+	// A goroutine runs throughout, as a rank's does: a runtime with
+	// nothing to run parks its monitor on a futex, not in usleep, and
+	// then there is no monitor to find (a loaded machine that kept this
+	// process idle long enough made the search fail).
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
 	tid, err := find()
 	if err != nil {
 		return err

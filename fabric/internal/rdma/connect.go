@@ -122,7 +122,7 @@ func (v *Provider) SetAddr(w int, b []byte) error {
 	le := binary.LittleEndian
 	a := &v.addrs[w]
 	copy(a.gid[:], b)
-	a.ctl = verbs.RemoteBuf{Addr: le.Uint64(b[16:]), RKey: le.Uint32(b[24:]), Len: uint64(len(v.peers)*vCtlWords) * 8}
+	a.ctl = verbs.RemoteBuf{Addr: le.Uint64(b[16:]), RKey: le.Uint32(b[24:]), Len: uint64(ctlLen(len(v.peers)))}
 	copy(a.token[:], b[28:])
 	a.tcp = string(b[fixed:])
 	return nil

@@ -82,9 +82,11 @@ const (
 	wrRecv uint64 = (iota + 1) << 56
 	wrSend
 	wrRead
-	wrCtl // unsignaled control writes: credits, goodbye
+	wrCtl // control writes: credits (unsignaled), goodbye (ID wrCtl|1)
 	wrOneSided
 	wrProbe
+	wrBeat     // a read of a peer's heartbeat word
+	wrFence    // the write of a peer's fence word
 	wrKindMask = 0xff << 56
 )
 
@@ -109,8 +111,10 @@ type link struct {
 	sent, acked               uint32
 	taken, consumed, reported uint32
 	oneSided                  Counts
-	probing                   bool // a probe is in flight
-	dead                      bool // its queue pair failed
+	probing                   bool   // a probe is in flight
+	beat                      uint64 // the peer's heartbeat count, as last read
+	beatSeen, beatBusy        bool   // a read completed; one is in flight
+	dead                      bool   // its queue pair failed
 }
 
 type vRead struct {
@@ -194,7 +198,8 @@ type Provider struct {
 	byIx     []*link   // peers with a queue pair, in the order they got it
 	sendBuf  *verbs.MR // vSendSlots staging slots for frames too long to go inline
 	free     []int     // free send slots
-	ctl      *verbs.MR // vCtlWords per world rank, then one source word
+	ctl      *verbs.MR // vCtlWords per world rank, then the source word, the heartbeat word and the fence word (ctlSrc…)
+	beats    *verbs.MR // a word per world rank: where reads of heartbeats land
 	mem      Registry
 
 	reads     []vRead
@@ -278,8 +283,13 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 	if v.sendBuf, err = v.pd.Alloc(vSendSlots*vSlotSize, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("verbs provider: send buffers: %w", err)
 	}
-	if v.ctl, err = v.pd.Alloc((size*vCtlWords+1)*8, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	// Peers write credits, goodbyes and verdicts here, and read the
+	// heartbeat.
+	if v.ctl, err = v.pd.Alloc(ctlLen(size), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
 		return nil, fmt.Errorf("verbs provider: control words: %w", err)
+	}
+	if v.beats, err = v.pd.Alloc(size*8, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("verbs provider: heartbeat reads: %w", err)
 	}
 	if v.atoms, err = v.pd.Alloc(vMaxOneSided*8, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("verbs provider: atomic results: %w", err)
@@ -416,6 +426,73 @@ func (p *link) postRecvs(first uint32, n int) error {
 
 func (v *Provider) ctlWord(w, k int) *uint64 {
 	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[(w*vCtlWords+k)*8]))
+}
+
+// The words after the per-rank ones in the control memory, by index.
+const (
+	ctlSrc   = iota // what this process writes into a peer's words comes from here
+	ctlBeat         // its heartbeat count, which peers read
+	ctlFence        // set by a peer that declared this process failed
+	ctlExtra
+)
+
+// ctlLen is the length of the control memory for a world of size.
+func ctlLen(size int) int { return (size*vCtlWords + ctlExtra) * 8 }
+
+// ctlOff is the offset of extra word k in the control memory of a world
+// of size.
+func ctlOff(size, k int) uint64 { return uint64((size*vCtlWords + k) * 8) }
+
+// BeatWord is this process's heartbeat word, which peers read: memory
+// that stays registered until Close.
+func (v *Provider) BeatWord() *uint64 {
+	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[ctlOff(len(v.peers), ctlBeat)]))
+}
+
+// FenceWord is the word peers set when they declare this process failed.
+func (v *Provider) FenceWord() *uint64 {
+	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[ctlOff(len(v.peers), ctlFence)]))
+}
+
+// Beat returns world rank w's heartbeat count as last read, with seen
+// once a read has completed, and starts the next read unless one is in
+// flight — the peer's kernel answers it, whatever its process is doing.
+// A read that fails fails the peer, as any completion does.
+func (v *Provider) Beat(w int) (count uint64, seen bool) {
+	if !v.isPeer[w] {
+		return 0, false
+	}
+	p := v.peers[w]
+	if p == nil || !p.ready {
+		v.Connect(w)
+		return 0, false
+	}
+	if !p.beatBusy && !p.dead {
+		v.sge[0] = verbs.SGE{MR: v.beats, Offset: uint64(w * 8), Length: 8}
+		v.wr[0] = verbs.SendWR{ID: wrBeat | uint64(w), Op: verbs.OpRDMARead, Flags: verbs.Signaled, Local: v.sge[:],
+			Remote: p.ctl.At(ctlOff(len(v.peers), ctlBeat))}
+		if p.qp.PostSend(v.wr[:]...) == nil {
+			p.beatBusy = true
+		}
+	}
+	return p.beat, p.beatSeen
+}
+
+// Fence carries out a verdict on world rank w: it sets w's fence word
+// (so that w, if it still runs, ends itself) and then moves w's queue
+// pair to the error state, so that nothing more passes either way.
+func (v *Provider) Fence(w int) {
+	p := v.peers[w]
+	if p == nil || p.dead {
+		return
+	}
+	p.dead = true
+	if !p.connected {
+		return
+	}
+	if v.writeCtlAt(p, ctlOff(len(v.peers), ctlFence), 1, wrFence|uint64(w)) != nil {
+		p.qp.SetError()
+	}
 }
 
 // Send posts one frame to world rank peer, or returns false, posting
@@ -704,6 +781,8 @@ func (v *Provider) complete(wc *verbs.WorkCompletion) {
 				p.oneSided.fail(wc.Err())
 			}
 			v.oneSidedDone(i, false)
+		case wrBeat:
+			v.peers[i].beatBusy = false
 		}
 		if p := v.byQPN[wc.QPN]; p != nil && p != v.self && !p.dead {
 			p.dead = true // one report is enough; the QP is in error now
@@ -726,6 +805,11 @@ func (v *Provider) complete(wc *verbs.WorkCompletion) {
 		v.oneSidedDone(i, true)
 	case wrProbe:
 		v.peers[i].probing = false
+	case wrBeat:
+		p := v.peers[i]
+		p.beat, p.beatSeen, p.beatBusy = binary.NativeEndian.Uint64(v.beats.Bytes()[i*8:]), true, false
+	case wrFence:
+		v.peers[i].qp.SetError()
 	}
 }
 
@@ -800,12 +884,21 @@ func (v *Provider) writeCredits(p *link) {
 
 // writeCtl writes val into p's control word k for this process.
 func (v *Provider) writeCtl(p *link, k int, val uint64) error {
-	src := v.ctl.Bytes()[len(v.peers)*vCtlWords*8:]
-	binary.NativeEndian.PutUint64(src, val)
-	v.sge[0] = verbs.SGE{MR: v.ctl, Offset: uint64(len(v.peers) * vCtlWords * 8), Length: 8}
-	v.wr[0] = verbs.SendWR{ID: wrCtl, Op: verbs.OpRDMAWrite, Flags: verbs.Inline, Local: v.sge[:],
-		Remote: p.ctl.At(uint64((v.me*vCtlWords + k) * 8))}
+	id := wrCtl
 	if k == 1 {
+		id |= 1 // signaled: goodbye waits for it
+	}
+	return v.writeCtlAt(p, uint64((v.me*vCtlWords+k)*8), val, id)
+}
+
+// writeCtlAt writes val at offset off of p's control memory, signaled
+// unless id is plain wrCtl.
+func (v *Provider) writeCtlAt(p *link, off, val uint64, id uint64) error {
+	srcOff := ctlOff(len(v.peers), ctlSrc)
+	binary.NativeEndian.PutUint64(v.ctl.Bytes()[srcOff:], val)
+	v.sge[0] = verbs.SGE{MR: v.ctl, Offset: srcOff, Length: 8}
+	v.wr[0] = verbs.SendWR{ID: id, Op: verbs.OpRDMAWrite, Flags: verbs.Inline, Local: v.sge[:], Remote: p.ctl.At(off)}
+	if id != wrCtl {
 		v.wr[0].Flags |= verbs.Signaled
 	}
 	return p.qp.PostSend(v.wr[:]...)
@@ -897,7 +990,7 @@ func (v *Provider) Goodbye() {
 			return
 		}
 		for k := 0; k < n; k++ {
-			if v.wcs[k].ID == wrCtl {
+			if v.wcs[k].ID == wrCtl|1 {
 				want--
 			}
 		}
@@ -947,7 +1040,7 @@ func (v *Provider) Close() error {
 	if v.mem != nil {
 		v.mem.Deregister()
 	}
-	for _, mr := range []*verbs.MR{v.sendBuf, v.ctl, v.atoms} {
+	for _, mr := range []*verbs.MR{v.sendBuf, v.ctl, v.atoms, v.beats} {
 		if mr != nil {
 			mr.Close()
 		}

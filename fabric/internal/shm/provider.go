@@ -338,6 +338,19 @@ func (s *Provider) Closed(peer int) bool {
 	return o != nil && atomic.LoadUint64(shmseg.Word(o.seg, shmseg.WordClosed)) == 1
 }
 
+// Word is this process's segment word at off: memory that stays mapped
+// until Close.
+func (s *Provider) Word(off int) *uint64 { return shmseg.Word(s.seg, off) }
+
+// PeerWord is world rank peer's segment word at off, nil for a process
+// this provider does not reach.
+func (s *Provider) PeerWord(peer, off int) *uint64 {
+	if uint(peer) >= uint(len(s.out)) || s.out[peer] == nil {
+		return nil
+	}
+	return shmseg.Word(s.out[peer].seg, off)
+}
+
 // Publish stores v in this process's segment word at off, for its peers.
 func (s *Provider) Publish(off int, v uint64) { atomic.StoreUint64(shmseg.Word(s.seg, off), v) }
 

@@ -49,6 +49,8 @@ const (
 	WordCells  = 16  // cells per ring
 	WordClosed = 64  // set to 1 by a clean Close
 	WordEpoch  = 128 // the last world barrier this process entered (its own line)
+	WordBeat   = 320 // the process's heartbeat count (its own line)
+	WordFenced = 384 // set by a peer that declared the process failed (its own line)
 
 	// The chunked node allreduce's words. The length is read right after
 	// the chunk number on its line, so it shares it.

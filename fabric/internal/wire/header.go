@@ -13,9 +13,15 @@ import "encoding/binary"
 
 // Frame kinds.
 const (
-	Eager uint32 = 1 + iota // payload is the message
-	RTS                     // request to send: the message is at addr in the sender
-	FIN                     // the receiver has read rendezvous message id
+	Eager  uint32 = 1 + iota // payload is the message
+	RTS                      // request to send: the message is at addr in the sender
+	FIN                      // the receiver has read rendezvous message id
+	Notice                   // the fabric's own notice, outside matching: Tag says what, Src of whom
+)
+
+// Notices (a Notice frame's Tag).
+const (
+	NoticeFailed int32 = 1 + iota // world rank Src is known failed
 )
 
 // Header is a frame's header. Src is the sender's rank in the

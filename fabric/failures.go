@@ -1,0 +1,176 @@
+//go:build linux
+
+package fabric
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
+	"github.com/rivet-hpc/rivet/internal/heartbeat"
+)
+
+// What a failure detector (package ft) reads and writes: the heartbeats
+// of peers, and its verdicts. The fabric keeps the knowledge; the
+// detector's protocol decides.
+
+// ExitDeclaredFailed is the exit status of a process that ends because
+// its peers declared it failed (its heartbeat thread ends it, whatever
+// its goroutines are doing): not a crash, a verdict carried out.
+const ExitDeclaredFailed = 99
+
+// startHeartbeat starts this process's heartbeat over the words its
+// providers expose, unless WithHeartbeat turned it off or no peer could
+// read it.
+func (ep *Endpoint) startHeartbeat() error {
+	if ep.opts.beat == 0 || ep.shm == nil && ep.verbs == nil {
+		return nil
+	}
+	var c heartbeat.Config
+	if ep.shm != nil {
+		c.Words = append(c.Words, ep.shm.Word(shmseg.WordBeat))
+		c.Fences = append(c.Fences, ep.shm.Word(shmseg.WordFenced))
+	}
+	if ep.verbs != nil {
+		c.Words = append(c.Words, ep.verbs.BeatWord())
+		c.Fences = append(c.Fences, ep.verbs.FenceWord())
+	}
+	c.Period, c.Status = ep.opts.beat, ExitDeclaredFailed
+	c.Message = fmt.Sprintf("rivet: world rank %d (pid %d) was declared failed by its peers and ends with status %d\n",
+		ep.rank, os.Getpid(), ExitDeclaredFailed)
+	b, err := heartbeat.Start(c)
+	if err != nil {
+		return fmt.Errorf("fabric: %w", err)
+	}
+	ep.beat = b
+	ep.stalled = make([]bool, ep.size)
+	return nil
+}
+
+// HeartbeatPeriod is this process's heartbeat period (WithHeartbeat), 0
+// when it has none.
+func (ep *Endpoint) HeartbeatPeriod() time.Duration {
+	if ep.beat == nil {
+		return 0
+	}
+	return ep.opts.beat
+}
+
+// Heartbeat returns the count of world rank w's heartbeat as this
+// process last saw it, with seen false until it has seen one. On the
+// node it is read as it stands; over verbs each call starts an RDMA read
+// of it (unless one is in flight) and returns the last one's result, so
+// a detector that calls it every tick sees a count at most a tick old.
+// Each call also makes a round of progress, so a detector's ticks keep
+// failure notices moving while the process computes outside the library.
+// It returns w's failure once w is known failed or gone, and an error
+// wrapping ErrNotSupported when w has no heartbeat this process can read.
+func (ep *Endpoint) Heartbeat(w int) (count uint64, seen bool, err error) {
+	if w < 0 || w >= ep.size {
+		return 0, false, fmt.Errorf("%w: world rank %d of %d", ErrRank, w, ep.size)
+	}
+	e := ep.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// A round of progress and of the failure sources (pidfds, probes)
+	// first: a detector calls this every tick, which keeps failure
+	// notices moving while the process computes outside the library.
+	e.progress()
+	e.scan(nil)
+	if err := e.failed[w]; err != nil {
+		return 0, false, err
+	}
+	if ep.shm != nil {
+		if word := ep.shm.PeerWord(w, shmseg.WordBeat); word != nil {
+			return atomic.LoadUint64(word), true, nil
+		}
+	}
+	if v := ep.verbs; v != nil && e.route[w] == v {
+		count, seen = v.Beat(w)
+		return count, seen, nil
+	}
+	return 0, false, fmt.Errorf("fabric: world rank %d has no heartbeat this process reads: %w", w, ErrNotSupported)
+}
+
+// MarkFailed records a failure detector's verdict: world rank w failed,
+// for cause. Every operation involving w fails with ErrProcFailed from
+// now on (a PeerError that unwraps to cause); frames from w are dropped;
+// w is fenced out — its fence word is set, so that w ends itself if it
+// still runs, and its queue pair, if any, is moved to the error state.
+// Suspicion is final: nothing clears it.
+func (ep *Endpoint) MarkFailed(w int, cause error) error {
+	if w < 0 || w >= ep.size || w == ep.rank {
+		return fmt.Errorf("%w: world rank %d of %d (not this process's own)", ErrRank, w, ep.size)
+	}
+	e := ep.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failed[w] != nil {
+		return nil
+	}
+	if !errors.Is(cause, ErrProcFailed) {
+		cause = procFailed("world rank %d: %v", w, cause)
+	}
+	e.markFailed(w, cause) // fences w and tells the others
+	return nil
+}
+
+// PeerState is what this process knows of another.
+type PeerState int
+
+// The states of a peer. Known failed and stopped are final.
+const (
+	Alive   PeerState = iota // nothing is known to be wrong
+	Stalled                  // its heartbeat is late, not (yet) failed: a "known stalled image"
+	Failed                   // known failed
+	Stopped                  // it closed its endpoint (finalized normally)
+)
+
+func (s PeerState) String() string {
+	switch s {
+	case Alive:
+		return "alive"
+	case Stalled:
+		return "stalled"
+	case Failed:
+		return "failed"
+	case Stopped:
+		return "stopped"
+	}
+	return fmt.Sprintf("PeerState(%d)", int(s))
+}
+
+// State reports what this process knows of world rank w.
+func (ep *Endpoint) State(w int) PeerState {
+	if w < 0 || w >= ep.size {
+		return Alive
+	}
+	e := ep.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch err := e.failed[w]; {
+	case err == nil:
+	case errors.Is(err, ErrProcFailed):
+		return Failed
+	default:
+		return Stopped
+	}
+	if ep.stalled != nil && ep.stalled[w] {
+		return Stalled
+	}
+	return Alive
+}
+
+// SetStalled records a failure detector's suspicion that world rank w is
+// stalled (its heartbeat is late), or that it is not any more.
+func (ep *Endpoint) SetStalled(w int, stalled bool) {
+	e := ep.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ep.stalled != nil && w >= 0 && w < ep.size {
+		ep.stalled[w] = stalled
+	}
+}

@@ -1,0 +1,101 @@
+//go:build linux
+
+package fabric
+
+import (
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
+)
+
+// What one process learns of a failure, from any source — its pidfds, the
+// launcher, the NIC, a detector's verdict — every other learns from it:
+// the process sends a notice to its neighbours in a binomial graph over
+// the world (the ranks at distances ±1, ±2, ±4, … up to half the world),
+// and each process that learns from a notice sends it on to its own
+// neighbours, once. A notice is a frame of its own kind, outside message
+// matching, so nothing waits on a receive for it. With ⌈log2 n⌉ hops from
+// any process to any other, and about 2·log2 n edges into each, it reaches
+// every survivor even when processes — the first sender included — die
+// while it spreads: the distance-1 edges skip processes known failed, so
+// each process always has a live neighbour on either side.
+
+// neighbours lists the world ranks process me of n sends notices to:
+// me±2^k for 2^k ≤ n/2, where ±1 step past processes known failed
+// (failed reports which) to the nearest that is not. Each rank once.
+func neighbours(me, n int, failed func(int) bool) []int {
+	var out []int
+	add := func(w int) {
+		if w == me || failed(w) {
+			return
+		}
+		for _, x := range out {
+			if x == w {
+				return
+			}
+		}
+		out = append(out, w)
+	}
+	for d := 1; d <= n/2; d *= 2 {
+		for _, dir := range []int{1, -1} {
+			w := ((me+dir*d)%n + n) % n
+			if d == 1 {
+				for k := 1; k < n && failed(w); k++ {
+					w = ((w+dir)%n + n) % n
+				}
+			}
+			add(w)
+		}
+	}
+	return out
+}
+
+// spread tells this process's neighbours that world rank w failed; with
+// e.mu held.
+func (e *engine) spread(w int) {
+	for _, t := range neighbours(e.me, len(e.failed), func(r int) bool { return e.failed[r] != nil }) {
+		e.nh = wire.Header{Kind: wire.Notice, Tag: wire.NoticeFailed, Src: int32(w)}
+		e.sendCtl(t, &e.nh)
+	}
+}
+
+// notice takes a notice from world rank from; with e.mu held, inside a
+// poll.
+func (e *engine) notice(from int, h *wire.Header) {
+	switch h.Tag {
+	case wire.NoticeFailed:
+		w := int(h.Src)
+		switch {
+		case w < 0 || w >= len(e.failed):
+		case w == e.me:
+			// The job declared this process failed: it is fenced out, and
+			// its heartbeat ends it (ExitDeclaredFailed).
+			e.fenceSelf()
+		case e.failed[w] == nil:
+			e.markFailedNow(w, procFailed("world rank %d (world rank %d told this process)", w, from))
+		}
+	}
+}
+
+// A fencer carries out a verdict on a peer at a provider: it sets the
+// peer's fence word there and stops all traffic with it; fenceSelf sets
+// this process's own.
+type fencer interface {
+	fence(w int)
+	fenceSelf()
+}
+
+// fence carries out the verdict on world rank w at every provider.
+func (e *engine) fence(w int) {
+	for _, p := range e.provs {
+		if f, ok := p.(fencer); ok {
+			f.fence(w)
+		}
+	}
+}
+
+func (e *engine) fenceSelf() {
+	for _, p := range e.provs {
+		if f, ok := p.(fencer); ok {
+			f.fenceSelf()
+		}
+	}
+}

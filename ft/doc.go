@@ -1,0 +1,16 @@
+// Package ft holds the protocols of User-Level Failure Mitigation that
+// produce and act on failure knowledge; the knowledge itself — who is
+// known failed, stalled or stopped — lives in package fabric, where every
+// layer consults it.
+//
+// The failure detector (Detector) is the SC'16 design: an observation
+// ring in which each process watches one other, repaired around the
+// processes it convicts, with a start-up grace and a jitter guard. What
+// it watches is each process's heartbeat (fabric.WithHeartbeat): a count
+// that a thread outside the Go scheduler advances every period, read with
+// a load on the node and an RDMA read across nodes — so neither the
+// watched process's CPU nor its message matching takes part, and a
+// process computing for seconds outside the library is never suspected.
+// A verdict is final: the fabric fences the convicted process out, and
+// its own heartbeat thread ends it if it still runs.
+package ft

@@ -1,0 +1,198 @@
+//go:build linux
+
+package ft
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/collectives"
+	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/jobtest"
+	"github.com/rivet-hpc/rivet/internal/testutil"
+)
+
+// Tests run programs as the ranks of a job (internal/jobtest): over
+// shared memory on the host, and over verbs in the soft-RoCE VM.
+var progs = jobtest.Programs[*fabric.Endpoint]{
+	Env:     "RIVET_FT_PROG",
+	Init:    func(ctx context.Context) (*fabric.Endpoint, error) { return fabric.Init(ctx) },
+	Close:   (*fabric.Endpoint).Close,
+	Rank:    func(ep *fabric.Endpoint) int { return ep.World().Rank() },
+	Timeout: 240 * time.Second,
+}
+
+func TestMain(m *testing.M) { progs.Main(m) }
+
+var (
+	failf = jobtest.Failf
+	must  = jobtest.Must
+)
+
+// ways are the providers a test runs over: shared memory on the host;
+// verbs alone (every peer over RDMA loopback) in the VM.
+func ways(t *testing.T) []struct {
+	name string
+	env  []string
+} {
+	type way = struct {
+		name string
+		env  []string
+	}
+	if os.Getenv("RIVET_RXE_DEVICES") == "" && os.Getenv(testutil.RequireEnv) != "1" {
+		return []way{{"shm", []string{"RIVET_PROVIDER=shm"}}}
+	}
+	devs := testutil.RXEDevices(t)
+	return []way{{"verbs", []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + devs[0]}}}
+}
+
+func init() {
+	progs.Add("stop", progStop)
+	progs.Add("compute", progCompute)
+}
+
+// victim is the rank the failure tests stop or kill.
+func victim(n int) int { return n / 2 }
+
+// progStop: the victim stops itself (SIGSTOP) once every rank's detector
+// runs. Every survivor learns that it failed — its observer convicts it,
+// the others hear of it — and then one sends it SIGCONT: fenced out, it
+// ends with fabric.ExitDeclaredFailed.
+func progStop(ctx context.Context, ep *fabric.Endpoint) error {
+	w := ep.World()
+	me, n, v := w.Rank(), w.Size(), victim(w.Size())
+	d, err := Start(ep, Options{})
+	must(err, "start")
+	defer d.Stop()
+	var pid [8]byte
+	if me == v {
+		binary.LittleEndian.PutUint64(pid[:], uint64(os.Getpid()))
+		must(w.Send(ctx, pid[:], 0, 1), "send pid")
+	} else if me == 0 {
+		_, err := w.Recv(ctx, pid[:], v, 1)
+		must(err, "recv pid")
+		// Whatever happens here, the victim is not left stopped (the job
+		// would wait for it forever).
+		defer syscall.Kill(int(binary.LittleEndian.Uint64(pid[:])), syscall.SIGCONT)
+	}
+	must(collectives.Barrier(ctx, w), "barrier")
+	if me == v {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		// Continued: the heartbeat's thread ends this process within a
+		// period.
+		time.Sleep(30 * time.Second)
+		failf("still running 30 s after SIGCONT")
+	}
+	t0 := time.Now()
+	for ep.State(v) != fabric.Failed {
+		if time.Since(t0) > 60*time.Second {
+			failf("world rank %d still %v after 60 s", v, ep.State(v))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Printf("knew after %v\n", time.Since(t0).Round(time.Millisecond))
+	if got := ep.Failed(); len(got) != 1 || got[0] != v {
+		failf("known failed %v, want [%d]", got, v)
+	}
+	// (Others may have finished and closed — stopped — by now; none is
+	// failed.)
+	for r := 0; r < n; r++ {
+		if s := ep.State(r); r != me && (r == v) != (s == fabric.Failed) {
+			failf("world rank %d is %v", r, s)
+		}
+	}
+	if me == 0 {
+		syscall.Kill(int(binary.LittleEndian.Uint64(pid[:])), syscall.SIGCONT)
+	}
+	// The survivors still talk.
+	peer := (me + 1) % n
+	if peer == v {
+		peer = (peer + 1) % n
+	}
+	from := (me - 1 + n) % n
+	if from == v {
+		from = (from - 1 + n) % n
+	}
+	var got [1]byte
+	_, err = w.Sendrecv(ctx, []byte{byte(me)}, peer, 2, got[:], from, 2)
+	must(err, "survivors' sendrecv")
+	return nil
+}
+
+func TestStopped(t *testing.T) {
+	for _, way := range ways(t) {
+		for _, n := range []int{4, 8} {
+			t.Run(fmt.Sprintf("%s/%d", way.name, n), func(t *testing.T) {
+				out, errs, st := progs.Run(t, n, "stop", true, way.env...)
+				if st != fabric.ExitDeclaredFailed || !strings.Contains(errs, "was declared failed") {
+					t.Fatalf("status %d, want %d (the stopped rank, fenced out)\n%s\n%s", st, fabric.ExitDeclaredFailed, out, errs)
+				}
+				v := victim(n)
+				for r := 0; r < n; r++ {
+					if r != v && !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+						t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
+					}
+				}
+				t.Logf("every survivor learned of the stopped rank: %v", knew(out))
+			})
+		}
+	}
+}
+
+// knew collects the "knew after" times the ranks printed.
+func knew(out string) []string {
+	var ts []string
+	for _, m := range regexp.MustCompile(`knew after (\S+)`).FindAllStringSubmatch(out, -1) {
+		ts = append(ts, m[1])
+	}
+	return ts
+}
+
+// progCompute: no false positive. Rank 1 computes for 5 s without a call
+// into the library, confined to one CPU with GOMAXPROCS 1 (the job's),
+// while the others wait for it in a barrier; every rank's detector runs
+// throughout, and afterwards nobody is known failed or stalled.
+func progCompute(ctx context.Context, ep *fabric.Endpoint) error {
+	w := ep.World()
+	d, err := Start(ep, Options{})
+	must(err, "start")
+	must(collectives.Barrier(ctx, w), "barrier")
+	if w.Rank() == 1 {
+		x := uint64(1)
+		for t0 := time.Now(); time.Since(t0) < 5*time.Second; {
+			for i := 0; i < 1<<20; i++ {
+				x = x*6364136223846793005 + 1442695040888963407
+			}
+		}
+		if x == 0 {
+			fmt.Println("unlikely")
+		}
+	}
+	must(collectives.Barrier(ctx, w), "barrier after the computation")
+	d.Stop()
+	if f := ep.Failed(); len(f) != 0 {
+		failf("known failed: %v", f)
+	}
+	for r := 0; r < w.Size(); r++ {
+		if s := ep.State(r); s != fabric.Alive {
+			failf("world rank %d is %v", r, s)
+		}
+	}
+	return nil
+}
+
+func TestNoFalsePositive(t *testing.T) {
+	for _, way := range ways(t) {
+		t.Run(way.name, func(t *testing.T) {
+			env := append([]string{progs.Env + "=compute", "GOMAXPROCS=1"}, way.env...)
+			jobtest.BoundJobOK(t, 4, env...)
+		})
+	}
+}
