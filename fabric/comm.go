@@ -42,6 +42,7 @@ type Comm struct {
 	slotEpoch uint64                   // node allreduces entered (world only)
 	chunkSeq  uint64                   // chunks of chunked node allreduces (world only)
 	spare     atomic.Pointer[Schedule] // the last finished schedule, for the next
+	acked     int                      // failures of members acknowledged (AckFailed); under e.mu
 }
 
 // Endpoint returns the endpoint c belongs to.

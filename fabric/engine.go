@@ -486,15 +486,34 @@ func (e *engine) scan(r *op) error {
 			}
 		}
 	}
-	if r == nil || e.nfailed == 0 || r.kind != reqRecv || r.peer != AnySource {
+	if r == nil || r.kind != reqRecv || r.peer != AnySource || r.state != stPosted {
 		return nil
 	}
-	for _, w := range r.comm.ranks {
-		if err := e.failed[w]; err != nil && errors.Is(err, ErrProcFailed) {
-			if e.cancel(r) {
-				r.status.Cancelled = false
+	// An unmatched receive from AnySource cannot be sure to complete once
+	// a member failed: it raises ErrProcFailedPending and stays posted,
+	// matchable, until the failure is acknowledged (§16.2.2).
+	return e.anyBlocked(r.comm, ErrProcFailedPending)
+}
+
+// anyBlocked returns, while comm has a failed member whose failure it has
+// not acknowledged (AckFailed), a PeerError for the first such member
+// that wraps class (ErrProcFailed, or ErrProcFailedPending), and nil
+// otherwise; with e.mu held.
+func (e *engine) anyBlocked(c *Comm, class error) error {
+	if e.nfailed == 0 {
+		return nil
+	}
+	k := 0
+	for _, w := range e.order {
+		if c.index[w] < 0 {
+			continue
+		}
+		if k++; k > c.acked {
+			cause := e.failed[w]
+			if class == ErrProcFailedPending {
+				cause = fmt.Errorf("%w (%v)", ErrProcFailedPending, cause)
 			}
-			return e.peerError(r.comm, w, fmt.Errorf("%w (%v)", ErrProcFailedPending, err))
+			return e.peerError(c, w, cause)
 		}
 	}
 	return nil

@@ -174,3 +174,51 @@ func (ep *Endpoint) SetStalled(w int, stalled bool) {
 		ep.stalled[w] = stalled
 	}
 }
+
+// GetFailed returns the group of c's members this process knows to have
+// failed (MPI_COMM_GET_FAILED), in the order it learned of them: a later
+// call's group extends an earlier one's, with the same ranks for the
+// same processes (prefix-stable). A process is in it before any
+// operation reports its failure.
+func (c *Comm) GetFailed() Group {
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var ranks []int
+	for _, w := range e.order {
+		if c.index[w] >= 0 {
+			ranks = append(ranks, w)
+		}
+	}
+	g, _ := NewGroup(ranks) // distinct world ranks: cannot fail
+	return g
+}
+
+// AckFailed acknowledges the failures of the first n members of the
+// group GetFailed returns (MPI_COMM_ACK_FAILED) and returns how many are
+// acknowledged now: never fewer than before, never more than GetFailed's
+// size (AckFailed(0) only asks). While a failure is unacknowledged,
+// receives and probes from AnySource on c raise errors: a blocking one
+// ErrProcFailed, a nonblocking one's completion ErrProcFailedPending
+// (the request stays active and matchable). Collectives keep failing
+// after an acknowledgement; a shrunk communicator is the way on.
+func (c *Comm) AckFailed(n int) int {
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := 0
+	for _, w := range e.order {
+		if c.index[w] >= 0 {
+			k++
+		}
+	}
+	c.acked = max(c.acked, min(n, k))
+	return c.acked
+}
+
+// FaultTolerant reports whether this endpoint tolerates process failures
+// (MPI's MPI_FT attribute): operations involving a failed process raise
+// errors instead of aborting the job, and failures are detected — always
+// true of Rivet; HeartbeatPeriod says whether this process's heartbeat,
+// which detectors need, runs.
+func (ep *Endpoint) FaultTolerant() bool { return true }

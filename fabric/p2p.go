@@ -4,6 +4,7 @@ package fabric
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -97,6 +98,13 @@ func (c *Comm) finishBlocking(ctx context.Context, r *op, st *Status) error {
 // last round's is the one it returns the operation to the pool under.
 func (e *engine) finishLocked(ctx context.Context, r *op, st *Status) error {
 	err := e.waitLocked(ctx, r)
+	if errors.Is(err, ErrProcFailedPending) && e.cancel(r) {
+		// A blocking receive from AnySource is not left pending: it is
+		// withdrawn and raises ErrProcFailed (§16.2.2).
+		c := r.comm
+		e.release(r)
+		return e.anyBlocked(c, ErrProcFailed)
+	}
 	if r.state != stDone {
 		r.orphan = true
 		return err
@@ -147,6 +155,12 @@ func (c *Comm) Recv(ctx context.Context, buf []byte, src, tag int) (Status, erro
 		if st, err, done := e.recvDirect(ctx, c, buf, src, tag); done {
 			e.mu.Unlock()
 			return st, err
+		}
+	}
+	if src == AnySource {
+		if err := e.anyBlocked(c, ErrProcFailed); err != nil {
+			e.mu.Unlock()
+			return Status{}, err
 		}
 	}
 	r := e.get()
@@ -295,7 +309,19 @@ func (c *Comm) Iprobe(src, tag int) (Status, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.progress()
+	if src == AnySource {
+		// Until every known failure is acknowledged (AckFailed).
+		if err := e.anyBlocked(c, ErrProcFailed); err != nil {
+			return Status{}, false, err
+		}
+	}
 	st, ok := c.probe(src, tag)
+	if !ok && src != AnySource {
+		// What it sent before it failed is still there to probe.
+		if w := c.ranks[src]; e.failed[w] != nil {
+			return Status{}, false, e.peerError(c, w, e.failed[w])
+		}
+	}
 	return st, ok, nil
 }
 
@@ -329,6 +355,8 @@ func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
 				perr = c.e.peerError(c, w, c.e.failed[w])
 				return true
 			}
+		} else if perr = c.e.anyBlocked(c, ErrProcFailed); perr != nil {
+			return true
 		}
 		return false
 	})
