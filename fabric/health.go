@@ -113,7 +113,7 @@ func watchLauncher(e *engine, f *os.File) {
 		}
 		e.mu.Lock()
 		if rank >= 0 && rank < len(e.failed) {
-			e.markFailed(rank, procFailed("world rank %d %s at %s (the launcher saw it)", rank, exitText(status), at.Format(time.RFC3339Nano)))
+			e.markFailed(rank, procFailed("world rank %d %s at %s (the launcher saw it)", rank, exitText(status), at.UTC().Format(time.RFC3339Nano)))
 		}
 		e.mu.Unlock()
 	}
