@@ -99,7 +99,7 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 		ep.closeProviders()
 		return nil, err
 	}
-	if fd := o.ftFD; fd != 0 {
+	if fd := o.ftFD; fd != 0 && o.sources&SourceLauncher != 0 {
 		unix.CloseOnExec(fd)
 		unix.SetNonblock(fd, true)
 		ep.ftFile = os.NewFile(uintptr(fd), "rivet-ft")
@@ -171,7 +171,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			return fmt.Errorf("fabric: world rank %d is on another node, and the shm provider was chosen: %w", remote[0], ErrNoRoute)
 		}
 		v, err := newVerbsProvider(rdma.Config{Device: ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), QP: ep.opts.qpConfig(),
-			Me: ep.rank, Size: ep.size, Peers: remote, Mem: &ep.mem}, ep.e)
+			Me: ep.rank, Size: ep.size, Peers: remote, Mem: &ep.mem}, ep.e, ep.opts.sources&SourceCompletion != 0)
 		if err != nil {
 			return fmt.Errorf("%w (world rank %d is reached over verbs)", err, remote[0])
 		}
@@ -232,7 +232,9 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 				runtime.GOMAXPROCS(1)
 			}
 		}
-		ep.e.health = newHealth(ep.node, pids, ep.rank)
+		if ep.opts.sources&SourcePidfd != 0 {
+			ep.e.health = newHealth(ep.node, pids, ep.rank)
+		}
 	}
 	return nil
 }

@@ -27,3 +27,25 @@ func TestSentinelsShared(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSources(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want Source
+		ok   bool
+	}{
+		{"all", AllSources, true}, {"none", 0, true}, {"heartbeat", SourceHeartbeat, true},
+		{"pidfd, launcher", SourcePidfd | SourceLauncher, true}, {"completion,async,link", SourceCompletion | SourceAsync | SourceLink, true},
+		{"heartbeats", 0, false}, {"", 0, false}, {"pidfd,", 0, false},
+	} {
+		got, err := ParseSources(c.in)
+		if (err == nil) != c.ok || c.ok && got != c.want || !c.ok && !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseSources(%q) = %v, %v", c.in, got, err)
+		}
+		if c.ok {
+			if back, _ := ParseSources(got.String()); back != got && got != 0 {
+				t.Errorf("%v does not read back (%v)", got, back)
+			}
+		}
+	}
+}

@@ -156,14 +156,15 @@ func (ep *Endpoint) watchVerbs(events <-chan hw.Event) {
 			e.mu.Unlock()
 			continue
 		}
-		switch ev.Kind {
-		case hw.EventQPError:
+		async, link := ep.opts.sources&SourceAsync != 0, ep.opts.sources&SourceLink != 0
+		switch {
+		case ev.Kind == hw.EventQPError && async:
 			v.QPError(ev.QPN, fmt.Errorf("async event %v", ev))
-		case hw.EventDeviceFatal:
+		case ev.Kind == hw.EventDeviceFatal && async:
 			v.DeviceFatal(fmt.Errorf("async event %v", ev))
-		case hw.EventPortDown:
+		case ev.Kind == hw.EventPortDown && link:
 			v.portDown = fmt.Errorf("%w: %s port %d is down (%v)", ErrNoRoute, v.Device().Name(), ev.Port, ev.State)
-		case hw.EventPortActive:
+		case ev.Kind == hw.EventPortActive && link:
 			v.portDown = nil
 		}
 		e.mu.Unlock()

@@ -30,6 +30,7 @@ import (
 //	RIVET_NODE              the node this process says it is on (tests)
 //	RIVET_FT_FD             rivetrun -ft's failure notices (set by rivetrun)
 //	RIVET_FT_HEARTBEAT      WithHeartbeat (a duration, or 0 for none)
+//	RIVET_FT_SOURCES        WithFailureSources ("heartbeat,pidfd", "all", "none")
 type Option func(*options)
 
 type options struct {
@@ -42,6 +43,7 @@ type options struct {
 	verbose  bool          // log routes at Init
 	ftFD     int           // the launcher's failure notices, 0 if none
 	beat     time.Duration // the heartbeat's period, 0 for none
+	sources  Source        // where failures are learned from
 	// The verbs queue pairs' transport timeout (exponent) and retry count;
 	// 0 means the fabric's default (vTimeout, verbs.DefaultRetryCount).
 	qpTimeout uint8
@@ -141,6 +143,14 @@ func buildOptions(opts []Option) (options, error) {
 		sysmon:  os.Getenv("RIVET_SYSMON"),
 		verbose: os.Getenv("RIVET_VERBOSE") == "1",
 		beat:    DefaultHeartbeat,
+		sources: AllSources,
+	}
+	if v := os.Getenv("RIVET_FT_SOURCES"); v != "" {
+		s, err := ParseSources(v)
+		if err != nil {
+			return o, fmt.Errorf("RIVET_FT_SOURCES: %w", err)
+		}
+		o.sources = s
 	}
 	if v := os.Getenv("RIVET_FT_HEARTBEAT"); v != "" {
 		d, err := time.ParseDuration(v)

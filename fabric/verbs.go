@@ -17,14 +17,15 @@ import (
 type verbsProvider struct {
 	*rdma.Provider
 	portDown error // set while the device's port is down
+	probes   bool  // SourceCompletion: probe the peers calls wait for
 }
 
-func newVerbsProvider(cfg rdma.Config, e *engine) (*verbsProvider, error) {
+func newVerbsProvider(cfg rdma.Config, e *engine, probes bool) (*verbsProvider, error) {
 	p, err := rdma.New(cfg, e, &e.mu)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)
 	}
-	return &verbsProvider{Provider: p}, nil
+	return &verbsProvider{Provider: p, probes: probes}, nil
 }
 
 func (v *verbsProvider) name() string  { return "verbs" }
@@ -39,12 +40,16 @@ func (v *verbsProvider) read(peer int, r *op, dst []byte, id, addr uint64, key u
 func (v *verbsProvider) takeDirect(_ *engine, w int, ctx uint32, src, tag int, buf []byte) (n, gotTag int, taken, moved bool) {
 	return v.TakeDirect(w, ctx, src, tag, buf)
 }
-func (v *verbsProvider) probe(now time.Time, _ *engine) { v.Probe(now) }
-func (v *verbsProvider) unstage(id uint64)              { v.Unstage(id) }
-func (v *verbsProvider) closed(peer int) bool           { return v.Closed(peer) }
-func (v *verbsProvider) fence(w int)                    { v.Fence(w) }
-func (v *verbsProvider) fenceSelf()                     { atomic.StoreUint64(v.FenceWord(), 1) }
-func (v *verbsProvider) close() error                   { return v.Close() }
+func (v *verbsProvider) probe(now time.Time, _ *engine) {
+	if v.probes {
+		v.Probe(now)
+	}
+}
+func (v *verbsProvider) unstage(id uint64)    { v.Unstage(id) }
+func (v *verbsProvider) closed(peer int) bool { return v.Closed(peer) }
+func (v *verbsProvider) fence(w int)          { v.Fence(w) }
+func (v *verbsProvider) fenceSelf()           { atomic.StoreUint64(v.FenceWord(), 1) }
+func (v *verbsProvider) close() error         { return v.Close() }
 
 // The engine as the verbs provider sees it (rdma.Engine), beside what the
 // shared-memory provider sees too (shm.go).

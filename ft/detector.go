@@ -59,6 +59,9 @@ func Start(ep *fabric.Endpoint, o Options) (*Detector, error) {
 	if period == 0 {
 		return nil, fmt.Errorf("ft: the endpoint has no heartbeat (fabric.WithHeartbeat): %w", fabric.ErrNotSupported)
 	}
+	if ep.Sources()&fabric.SourceHeartbeat == 0 {
+		return nil, fmt.Errorf("ft: the heartbeat source is switched off (fabric.WithFailureSources): %w", fabric.ErrNotSupported)
+	}
 	if o.Timeout == 0 {
 		o.Timeout = 10 * period
 	}
