@@ -31,6 +31,24 @@ func startDetector(ep *fabric.Endpoint) func() {
 	return d.Stop
 }
 
+// dieWhenReady kills world rank v once every other rank in alive has
+// told it that it is ready (out of any collective, which a member's
+// failure may legitimately fail); the others tell it.
+func dieWhenReady(ctx context.Context, w *fabric.Comm, v int, alive []int) {
+	if w.Rank() != v {
+		must(w.Send(ctx, nil, v, 98), "ready")
+		return
+	}
+	for _, r := range alive {
+		if r != v {
+			_, err := w.Recv(ctx, nil, r, 98)
+			must(err, "ready")
+		}
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
 // awaitFailed waits in a receive from world rank v, which never sends:
 // the receive must end with ErrProcFailed naming v.
 func awaitFailed(ctx context.Context, w *fabric.Comm, v int) time.Duration {
@@ -65,10 +83,11 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	v := victim(w.Size())
 	defer startDetector(ep)()
 	must(collectives.Barrier(ctx, w), "barrier")
-	if w.Rank() == v {
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {}
+	all := make([]int, w.Size())
+	for i := range all {
+		all[i] = i
 	}
+	dieWhenReady(ctx, w, v, all)
 	took := awaitFailed(ctx, w, v)
 	fmt.Printf("knew after %v\n", took.Round(time.Millisecond))
 	if g := w.GetFailed(); g.Size() != 1 {
@@ -118,16 +137,18 @@ var serialVictims = []int{5, 2, 7, 1, 4}
 // what it had (prefix-stable), and ends as the same set everywhere.
 func progSerial(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
-	me := w.Rank()
 	defer startDetector(ep)()
 	must(collectives.Barrier(ctx, w), "barrier")
 	failed := map[int]bool{}
 	var prev []int
 	for _, v := range serialVictims {
-		if me == v {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
+		var alive []int
+		for r := 0; r < w.Size(); r++ {
+			if !failed[r] {
+				alive = append(alive, r)
+			}
 		}
+		dieWhenReady(ctx, w, v, alive)
 		awaitFailed(ctx, w, v)
 		failed[v] = true
 		g := w.GetFailed()

@@ -28,10 +28,16 @@ func progSemantics(ctx context.Context, ep *fabric.Endpoint) error {
 	buf := make([]byte, 8)
 	switch me {
 	case 3:
-		_, err := w.Recv(ctx, buf, 0, 4)
-		must(err, "the word to die")
+		// Once every survivor is out of the barrier (its ready), and rank
+		// 0 is about to wait in a receive from AnySource.
+		for _, r := range []int{1, 2, 0} {
+			_, err := w.Recv(ctx, buf, r, 4)
+			must(err, "ready")
+		}
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
+	case 1, 2:
+		must(w.Send(ctx, nil, 3, 4), "ready")
 	case 0:
 		// A blocking receive from AnySource under way when a member
 		// fails raises ErrProcFailed, not pending: it is withdrawn.
