@@ -3,11 +3,13 @@
 package ft
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
 )
 
@@ -28,8 +30,9 @@ type Options struct {
 	Timeout time.Duration
 	// Tick is how often the observer looks (default half a period).
 	Tick time.Duration
-	// Grace is added to the first deadline, for peers still starting
-	// (default DefaultGrace).
+	// Grace is how long Start waits for the first heartbeat of the
+	// process it observes (default DefaultGrace, and at least 30 s over
+	// verbs, where the first read needs a connection).
 	Grace time.Duration
 	// StalledAfter is how long a heartbeat may stand still before the
 	// process is reported stalled (fabric.Stalled; default a quarter of
@@ -51,10 +54,13 @@ type Detector struct {
 	observing int
 }
 
-// Start starts this process's detector. Every process of the job should
-// run one (each watches another); the endpoint must have a heartbeat
-// (fabric.WithHeartbeat, on by default).
-func Start(ep *fabric.Endpoint, o Options) (*Detector, error) {
+// Start starts this process's detector. It is collective: every process
+// of the job calls it (each watches another), and it returns once every
+// process has read the heartbeat of the one it watches — over verbs that
+// needs a connection, whose handshake needs the other process's
+// goroutines, which a busy process may starve later. The endpoint must
+// have a heartbeat (fabric.WithHeartbeat, on by default).
+func Start(ctx context.Context, ep *fabric.Endpoint, o Options) (*Detector, error) {
 	period := ep.HeartbeatPeriod()
 	if period == 0 {
 		return nil, fmt.Errorf("ft: the endpoint has no heartbeat (fabric.WithHeartbeat): %w", fabric.ErrNotSupported)
@@ -79,7 +85,29 @@ func Start(ep *fabric.Endpoint, o Options) (*Detector, error) {
 			o.Timeout, o.Tick, o.Grace, o.StalledAfter, period, fabric.ErrInvalid)
 	}
 	d := &Detector{ep: ep, o: o, stop: make(chan struct{}), done: make(chan struct{}), observing: -1}
-	go d.run()
+	obs := d.next(ep.World().Rank())
+	if obs >= 0 {
+		ctx, cancel := context.WithTimeout(ctx, max(o.Grace, 30*time.Second))
+		defer cancel()
+		for {
+			_, seen, err := ep.Heartbeat(obs)
+			if err != nil {
+				return nil, fmt.Errorf("ft: reading world rank %d's heartbeat: %w", obs, err)
+			}
+			if seen {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("ft: no heartbeat of world rank %d: %w", obs, ctx.Err())
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	if err := collectives.Barrier(ctx, ep.World()); err != nil {
+		return nil, fmt.Errorf("ft: starting the detector: %w", err)
+	}
+	go d.run(obs)
 	return d, nil
 }
 
@@ -124,18 +152,17 @@ func (d *Detector) setObserving(w int) {
 	d.mu.Unlock()
 }
 
-func (d *Detector) run() {
+func (d *Detector) run(obs int) {
 	defer close(d.done)
 	ep, o := d.ep, d.o
 	me := ep.World().Rank()
 	t := time.NewTicker(o.Tick)
 	defer t.Stop()
 	now := time.Now()
-	obs := d.next(me)
 	d.setObserving(obs)
-	// The heartbeat of obs last moved at moved (in the future during the
-	// grace); count is what it showed then.
-	moved, prev := now.Add(o.Grace), now
+	// The heartbeat of obs last moved at moved; count is what it showed
+	// then, once known.
+	moved, prev := now, now
 	var count uint64
 	known := false
 	for {
@@ -164,10 +191,13 @@ func (d *Detector) run() {
 		case seen && (!known || c != count):
 			count, known, moved = c, true, now
 			ep.SetStalled(obs, false)
-		case late:
+		case late || !known:
 			// Jitter guard: this process was not looking (descheduled,
 			// or its own goroutines starved the ticker), so the silence
-			// it measured is its own; start measuring afresh.
+			// it measured is its own; start measuring afresh. And a
+			// heartbeat never read yet (a new observed process, not yet
+			// connected) convicts nobody: a connection that cannot be
+			// made fails the process by itself.
 			moved = now
 		case now.Sub(moved) > o.Timeout:
 			ep.MarkFailed(obs, fmt.Errorf("%w: its heartbeat did not move for %v (observed by world rank %d)",

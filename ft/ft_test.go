@@ -68,7 +68,7 @@ func victim(n int) int { return n / 2 }
 func progStop(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
 	me, n, v := w.Rank(), w.Size(), victim(w.Size())
-	d, err := Start(ep, Options{})
+	d, err := Start(ctx, ep, Options{})
 	must(err, "start")
 	defer d.Stop()
 	var pid [8]byte
@@ -161,7 +161,7 @@ func knew(out string) []string {
 // throughout, and afterwards nobody is known failed or stalled.
 func progCompute(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
-	d, err := Start(ep, Options{})
+	d, err := Start(ctx, ep, Options{})
 	must(err, "start")
 	must(collectives.Barrier(ctx, w), "barrier")
 	if w.Rank() == 1 {

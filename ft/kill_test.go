@@ -22,11 +22,11 @@ func init() {
 
 // startDetector starts this process's detector if the heartbeat source
 // is on.
-func startDetector(ep *fabric.Endpoint) func() {
+func startDetector(ctx context.Context, ep *fabric.Endpoint) func() {
 	if ep.Sources()&fabric.SourceHeartbeat == 0 {
 		return func() {}
 	}
-	d, err := Start(ep, Options{})
+	d, err := Start(ctx, ep, Options{})
 	must(err, "start the detector")
 	return d.Stop
 }
@@ -81,7 +81,7 @@ func survivorsTalk(ctx context.Context, ep *fabric.Endpoint, failed map[int]bool
 func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
 	v := victim(w.Size())
-	defer startDetector(ep)()
+	defer startDetector(ctx, ep)()
 	must(collectives.Barrier(ctx, w), "barrier")
 	all := make([]int, w.Size())
 	for i := range all {
@@ -137,7 +137,7 @@ var serialVictims = []int{5, 2, 7, 1, 4}
 // what it had (prefix-stable), and ends as the same set everywhere.
 func progSerial(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
-	defer startDetector(ep)()
+	defer startDetector(ctx, ep)()
 	must(collectives.Barrier(ctx, w), "barrier")
 	failed := map[int]bool{}
 	var prev []int

@@ -25,7 +25,7 @@ const soakFor = 60 * time.Second
 // allreduces; two ranks share each CPU. Afterwards nobody is known failed.
 func progSoak(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
-	d, err := Start(ep, Options{})
+	d, err := Start(ctx, ep, Options{})
 	must(err, "start")
 	rng := rand.New(rand.NewPCG(uint64(w.Rank()), 7))
 	x := uint64(1)
