@@ -191,7 +191,7 @@ func TestSpinChild(t *testing.T) {
 		// Declared failed while computing: only the heartbeat's thread
 		// can end this.
 		atomic.StoreUint64(&w[1], 1)
-		for {
+		for atomic.LoadUint64(&w[1]) != 0 {
 		}
 	}
 	start := time.Now()

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,15 +69,10 @@ func childDemote() error {
 	// nothing to run parks its monitor on a futex, not in usleep, and
 	// then there is no monitor to find (a loaded machine that kept this
 	// process idle long enough made the search fail).
-	stop := make(chan struct{})
-	defer close(stop)
+	var stop atomic.Bool
+	defer stop.Store(true)
 	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		for !stop.Load() {
 		}
 	}()
 	tid, err := find()
