@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,10 +11,13 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"time"
 
+	"github.com/rivet-hpc/rivet/bench/ftbench"
 	"github.com/rivet-hpc/rivet/bench/osu"
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/ft"
 	"github.com/rivet-hpc/rivet/internal/godebug"
 	"github.com/rivet-hpc/rivet/internal/launch"
 	"github.com/rivet-hpc/rivet/internal/sysmon"
@@ -27,7 +31,7 @@ the job it was started in; started on its own it launches N ranks on this
 node first (shared memory). With no test name (or "all") it runs the
 point-to-point tests.
 
-Tests: %s
+Tests: %s, ft_detect (see rivet bench ft_detect -h)
 
 OSU options: -m [MIN:]MAX  -i ITER  -x WARMUP  -W WINDOW (bandwidth)
              -f (collectives: min, max, iterations)  -t CALLS (osu_i*)  -v
@@ -45,6 +49,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("rivet bench", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprintf(stderr, benchUsage, osu.Names()); fs.PrintDefaults() }
 	np := fs.Int("np", 2, "ranks to launch when not started by a launcher")
+	detector := fs.Bool("detector", false, "run ft's failure detector in every rank throughout (to measure its cost)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -53,6 +58,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	name := "all"
 	if len(rest) > 0 {
 		name, rest = rest[0], rest[1:]
+	}
+	if name == "ft_detect" {
+		return ftDetectCmd(ctx, *np, rest, stdout, stderr)
 	}
 	if one, ok := osu.LookupOneSided(name); ok {
 		o, err := one.ParseArgs(rest, stderr)
@@ -111,6 +119,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return nil
 	}
+	if *detector {
+		d, err := ft.Start(ctx, ep, ft.Options{})
+		if err != nil {
+			return err
+		}
+		defer d.Stop()
+	}
 	if w.Rank() == 0 {
 		over := ep.Provider(1)
 		if over == "verbs" {
@@ -165,4 +180,70 @@ func ignoreVersion(err error) error {
 		return nil
 	}
 	return err
+}
+
+// ftDetectCmd is rivet bench ft_detect: rounds of a job of np ranks in
+// which one rank fails, each timed from the fault to the last survivor
+// knowing (bench/ftbench).
+func ftDetectCmd(ctx context.Context, np int, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rivet bench ft_detect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rounds := fs.Int("rounds", 20, "jobs to time")
+	fault := fs.String("fault", ftbench.Kill, "the fault: kill (SIGKILL) or stop (SIGSTOP)")
+	sources := fs.String("sources", "all", "the failure sources the ranks use (RIVET_FT_SOURCES)")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if os.Getenv(benchChildEnv) != "" {
+		// A rank of one round.
+		ep, err := fabric.Init(ctx)
+		if err != nil {
+			return err
+		}
+		defer ep.Close()
+		took, err := ftbench.Round(ctx, ep, *fault)
+		if err != nil {
+			return err
+		}
+		if ep.World().Rank() == 0 {
+			fmt.Fprintf(stdout, "detect-ns %d\n", took.Nanoseconds())
+		}
+		return nil
+	}
+	if _, err := fabric.ParseSources(*sources); err != nil || *rounds < 1 || np < 3 ||
+		*fault != ftbench.Kill && *fault != ftbench.Stop {
+		fmt.Fprintf(stderr, "rivet bench ft_detect: -np %d (3 or more), -rounds %d, -fault %q, -sources %q: %v\n", np, *rounds, *fault, *sources, err)
+		return errUsage
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	want := 128 + 9
+	if *fault == ftbench.Stop {
+		want = fabric.ExitDeclaredFailed
+	}
+	var times []time.Duration
+	for r := 0; r < *rounds; r++ {
+		var out bytes.Buffer
+		st := launch.Run(ctx, launch.Options{N: np, FT: true, Stdout: &out, Stderr: stderr,
+			Env: []string{benchChildEnv + "=1", "RIVET_FT_SOURCES=" + *sources}},
+			append([]string{self, "bench", "ft_detect"}, args...))
+		var ns int64
+		if _, err := fmt.Sscanf(out.String(), "detect-ns %d", &ns); err != nil || st != want {
+			return fmt.Errorf("bench: ft_detect round %d: status %d (want %d), output %q", r, st, want, out.String())
+		}
+		times = append(times, time.Duration(ns))
+	}
+	ftbench.Report(stdout, fmt.Sprintf("Rivet Failure Detection Test: %d ranks, fault %s, sources %s, provider %s",
+		np, *fault, *sources, providerName()), times)
+	return nil
+}
+
+// providerName is the provider the ranks are asked for.
+func providerName() string {
+	if p := os.Getenv("RIVET_PROVIDER"); p != "" {
+		return p
+	}
+	return "auto"
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -328,6 +329,30 @@ func TestHostBench(t *testing.T) {
 	}
 	if _, errs, st := rivet("bench", "osu_bw", "-m", "5:2"); st != 2 || !strings.Contains(errs, "MIN") {
 		t.Errorf("bad -m: status %d, %s", st, errs)
+	}
+}
+
+// TestHostBenchFTDetect: rivet bench ft_detect times rounds of a job
+// that loses a rank, and prints their median, fastest and slowest.
+func TestHostBenchFTDetect(t *testing.T) {
+	out, errs, st := rivet("bench", "-np", "3", "ft_detect", "-rounds", "2", "-sources", "pidfd")
+	if st != 0 {
+		t.Fatalf("status %d\n%s\n%s", st, out, errs)
+	}
+	if !strings.Contains(out, "# Rivet Failure Detection Test: 3 ranks, fault kill, sources pidfd") ||
+		!regexp.MustCompile(`\n2 +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}\n`).MatchString(out) {
+		t.Errorf("output:\n%s", out)
+	}
+	for _, bad := range [][]string{{"-np", "2"}, {"-fault", "hang"}, {"-sources", "psychic"}, {"-rounds", "0"}} {
+		args := append([]string{"bench"}, bad[0], bad[1])
+		if bad[0] != "-np" {
+			args = []string{"bench", "ft_detect", bad[0], bad[1]}
+		} else {
+			args = append(args, "ft_detect")
+		}
+		if _, _, st := rivet(args...); st != 2 {
+			t.Errorf("rivet %v: status %d, want 2", args, st)
+		}
 	}
 }
 

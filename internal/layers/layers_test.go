@@ -41,6 +41,7 @@ var rank = map[string]int{
 	"internal/launch":        11,
 	"bench/osu":              11,
 	"bench/perf":             11,
+	"bench/ftbench":          11,
 	"internal/vm":            11,
 	"cmd/rivet":              12,
 	"cmd/rivetrun":           12,
