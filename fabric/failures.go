@@ -83,6 +83,11 @@ func (ep *Endpoint) Heartbeat(w int) (count uint64, seen bool, err error) {
 	if err := e.failed[w]; err != nil {
 		return 0, false, err
 	}
+	if p := e.route[w]; p != nil && p.closed(w) {
+		// It closed its endpoint (its heartbeat stopped there): stopped,
+		// not failed, even while its process lives on.
+		return 0, false, fmt.Errorf("%w: world rank %d closed its endpoint", ErrClosed, w)
+	}
 	if ep.shm != nil {
 		if word := ep.shm.PeerWord(w, shmseg.WordBeat); word != nil {
 			return atomic.LoadUint64(word), true, nil
@@ -156,6 +161,9 @@ func (ep *Endpoint) State(w int) PeerState {
 	case errors.Is(err, ErrProcFailed):
 		return Failed
 	default:
+		return Stopped
+	}
+	if p := e.route[w]; p != nil && w != ep.rank && p.closed(w) {
 		return Stopped
 	}
 	if ep.stalled != nil && ep.stalled[w] {

@@ -196,3 +196,40 @@ func TestNoFalsePositive(t *testing.T) {
 		})
 	}
 }
+
+func init() { progs.Add("quit", progQuit) }
+
+// progQuit: a rank that closes its endpoint is stopped, not failed — even
+// while its process lives on for a second after, its heartbeat stopped,
+// under every other rank's detector.
+func progQuit(ctx context.Context, ep *fabric.Endpoint) error {
+	w := ep.World()
+	d, err := Start(ctx, ep, Options{})
+	must(err, "start")
+	must(collectives.Barrier(ctx, w), "barrier")
+	if w.Rank() == 1 {
+		d.Stop()
+		must(ep.Close(), "close")
+		time.Sleep(time.Second)
+		return nil
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for ep.State(1) != fabric.Stopped {
+		if time.Now().After(deadline) {
+			failf("world rank 1 is %v a minute after it closed", ep.State(1))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the detector's timeout, and its exit
+	if s := ep.State(1); s != fabric.Stopped || len(ep.Failed()) != 0 {
+		failf("world rank 1 closed and is %v; known failed %v", s, ep.Failed())
+	}
+	d.Stop()
+	return nil
+}
+
+func TestQuit(t *testing.T) {
+	for _, way := range ways(t) {
+		t.Run(way.name, func(t *testing.T) { progs.OK(t, 3, "quit", way.env...) })
+	}
+}
