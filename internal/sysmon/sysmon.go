@@ -52,8 +52,11 @@ const EnvVar = "RIVET_SYSMON"
 var demoted atomic.Int64
 
 // scans bounds the search: a scan that finds the monitor runnable rather
-// than asleep yields the CPU to it and looks again.
-const scans = 64
+// than asleep yields the CPU to it and looks again. A scan takes some
+// 50 µs; on a loaded machine 64 of them once missed the monitor, whose
+// sleeps and wakes a descheduled search straddles, so the bound is wide
+// (it costs nothing when the monitor is found at once).
+const scans = 1024
 
 // FromEnv applies EnvVar's choice (see Apply).
 func FromEnv() error {
