@@ -117,7 +117,7 @@ func (ep *Endpoint) MarkFailed(w int, cause error) error {
 		return nil
 	}
 	if !errors.Is(cause, ErrProcFailed) {
-		cause = procFailed("world rank %d: %v", w, cause)
+		cause = fmt.Errorf("%w: world rank %d: %w", ErrProcFailed, w, cause)
 	}
 	e.markFailed(w, cause) // fences w and tells the others
 	return nil

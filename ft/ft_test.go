@@ -5,6 +5,7 @@ package ft
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -98,6 +99,12 @@ func progStop(ctx context.Context, ep *fabric.Endpoint) error {
 		time.Sleep(time.Millisecond)
 	}
 	fmt.Printf("knew after %v\n", time.Since(t0).Round(time.Millisecond))
+	if me == (v+1)%n {
+		// The observer convicted it: its errors say why.
+		if _, err := w.Recv(ctx, pid[:], v, 5); !errors.Is(err, fabric.ErrProcFailed) || !errors.Is(err, ErrSuspected) {
+			failf("receive from the convicted rank: %v, want ErrProcFailed and ErrSuspected", err)
+		}
+	}
 	if got := ep.Failed(); len(got) != 1 || got[0] != v {
 		failf("known failed %v, want [%d]", got, v)
 	}
