@@ -75,6 +75,9 @@ func (ep *Endpoint) Heartbeat(w int) (count uint64, seen bool, err error) {
 	e := ep.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closed {
+		return 0, false, ErrClosed
+	}
 	// A round of progress and of the failure sources (pidfds, probes)
 	// first: a detector calls this every tick, which keeps failure
 	// notices moving while the process computes outside the library.
@@ -113,6 +116,9 @@ func (ep *Endpoint) MarkFailed(w int, cause error) error {
 	e := ep.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
 	if e.failed[w] != nil {
 		return nil
 	}

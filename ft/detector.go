@@ -177,6 +177,9 @@ func (d *Detector) run(obs int) {
 			continue
 		}
 		c, seen, err := ep.Heartbeat(obs)
+		if errors.Is(err, fabric.ErrClosed) && ep.State(obs) != fabric.Stopped {
+			return // this process's own endpoint closed
+		}
 		if err != nil {
 			// Known failed (by this detector, another, or any other
 			// source) or stopped: watch the next one. A process with no

@@ -240,3 +240,29 @@ func TestQuit(t *testing.T) {
 		t.Run(way.name, func(t *testing.T) { progs.OK(t, 3, "quit", way.env...) })
 	}
 }
+
+func init() { progs.Add("forget", progForget) }
+
+// progForget: a detector left running when its endpoint closes stops
+// by itself, touching nothing Close released.
+func progForget(ctx context.Context, ep *fabric.Endpoint) error {
+	d, err := Start(ctx, ep, Options{})
+	must(err, "start")
+	must(collectives.Barrier(ctx, ep.World()), "barrier")
+	must(ep.Close(), "close")
+	time.Sleep(100 * time.Millisecond) // ticks against the closed endpoint
+	done := make(chan struct{})
+	go func() { d.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		failf("the detector did not stop after its endpoint closed")
+	}
+	return nil
+}
+
+func TestDetectorOutlivesEndpoint(t *testing.T) {
+	for _, way := range ways(t) {
+		t.Run(way.name, func(t *testing.T) { progs.OK(t, 3, "forget", way.env...) })
+	}
+}
