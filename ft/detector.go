@@ -28,7 +28,9 @@ type Options struct {
 	// well above the period: the beat's thread is woken by the kernel,
 	// and a loaded machine wakes it late.
 	Timeout time.Duration
-	// Tick is how often the observer looks (default half a period).
+	// Tick is how often the observer looks (default a quarter period:
+	// a conviction comes at most a tick after the timeout, and the last
+	// beat is seen at most a tick after it).
 	Tick time.Duration
 	// Grace is how long Start waits for the first heartbeat of the
 	// process it observes (default DefaultGrace, and at least 30 s over
@@ -72,7 +74,7 @@ func Start(ctx context.Context, ep *fabric.Endpoint, o Options) (*Detector, erro
 		o.Timeout = 10 * period
 	}
 	if o.Tick == 0 {
-		o.Tick = period / 2
+		o.Tick = period / 4
 	}
 	if o.Grace == 0 {
 		o.Grace = DefaultGrace

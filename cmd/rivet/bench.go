@@ -210,9 +210,9 @@ func ftDetectCmd(ctx context.Context, np int, args []string, stdout, stderr io.W
 		}
 		return nil
 	}
-	if _, err := fabric.ParseSources(*sources); err != nil || *rounds < 1 || np < 3 ||
+	if _, err := fabric.ParseSources(*sources); err != nil || *rounds < 1 || np < 2 ||
 		*fault != ftbench.Kill && *fault != ftbench.Stop {
-		fmt.Fprintf(stderr, "rivet bench ft_detect: -np %d (3 or more), -rounds %d, -fault %q, -sources %q: %v\n", np, *rounds, *fault, *sources, err)
+		fmt.Fprintf(stderr, "rivet bench ft_detect: -np %d (2 or more), -rounds %d, -fault %q, -sources %q: %v\n", np, *rounds, *fault, *sources, err)
 		return errUsage
 	}
 	self, err := os.Executable()
