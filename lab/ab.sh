@@ -48,22 +48,9 @@ run() { # SIDE BENCH ARGS...: the figure of the one row it prints
 }
 iters=100000
 [ "$where" = rxe ] && iters=5000
-for ((r = 0; r < rounds; r++)); do
-	order="new old"
-	((r % 2)) && order="old new"
-	for side in $order; do
-		run $side osu_latency -m 8:8 -i $iters -x $((iters / 10)) >>"$w/lat.$side"
-		run $side osu_bw -m 1048576:1048576 -i 20 -x 4 >>"$w/bw.$side"
-	done
-done
+abrounds new old "$rounds" $iters
 
 echo "# $rev, $where, 2 ranks, $rounds rounds; $(nproc) CPUs, kernel $(uname -r)"
-echo "| measure | new | old | ratio new/old (median of per-round ratios) | 95% interval |"
-echo "|---|---|---|---|---|"
-for m in lat bw; do
-	name="osu_latency 8 B (µs)"
-	[ $m = bw ] && name="osu_bw 1 MiB (MB/s)"
-	echo "| $name | $(median <"$w/$m.new") | $(median <"$w/$m.old") | $(ratios "$w/$m.new" "$w/$m.old" | median | decimals 3) | $(ratios "$w/$m.new" "$w/$m.old" | median_ci) |"
-done
+abtable new old
 echo "per round: latency new $(tr '\n' ' ' <"$w/lat.new")| old $(tr '\n' ' ' <"$w/lat.old")"
 echo "per round: bandwidth new $(tr '\n' ' ' <"$w/bw.new")| old $(tr '\n' ' ' <"$w/bw.old")"

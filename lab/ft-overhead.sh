@@ -43,20 +43,7 @@ run() { # on|off BENCH ARGS...: the figure of the one row it prints
 }
 iters=100000
 [ "$where" = rxe ] && iters=5000
-for ((r = 0; r < rounds; r++)); do
-	order="on off"
-	((r % 2)) && order="off on"
-	for side in $order; do
-		run $side osu_latency -m 8:8 -i $iters -x $((iters / 10)) >>"$w/lat.$side"
-		run $side osu_bw -m 1048576:1048576 -i 20 -x 4 >>"$w/bw.$side"
-	done
-done
+abrounds on off "$rounds" $iters
 
 echo "# detector and heartbeat on / off, $where, 2 ranks, $rounds rounds; $(nproc) CPUs, kernel $(uname -r)"
-echo "| measure | on | off | ratio on/off (median of per-round ratios) | 95% interval |"
-echo "|---|---|---|---|---|"
-for m in lat bw; do
-	name="osu_latency 8 B (µs)"
-	[ $m = bw ] && name="osu_bw 1 MiB (MB/s)"
-	echo "| $name | $(median <"$w/$m.on") | $(median <"$w/$m.off") | $(ratios "$w/$m.on" "$w/$m.off" | median | decimals 3) | $(ratios "$w/$m.on" "$w/$m.off" | median_ci) |"
-done
+abtable on off

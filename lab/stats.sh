@@ -25,3 +25,31 @@ median_ci() {
 			if (k == 0) print "-"; else printf "%.2f–%.2f", v[k], v[n - k + 1]
 		}'
 }
+
+# abrounds A B ROUNDS ITERS: ROUNDS rounds of `run SIDE BENCH ARGS…` (the
+# caller's function) for sides A and B, alternating which goes first,
+# appending osu_latency 8 B and osu_bw 1 MiB figures to $w/lat.SIDE and
+# $w/bw.SIDE (ITERS latency iterations).
+abrounds() {
+	local a=$1 b=$2 rounds=$3 iters=$4 r side order
+	for ((r = 0; r < rounds; r++)); do
+		order="$a $b"
+		((r % 2)) && order="$b $a"
+		for side in $order; do
+			run $side osu_latency -m 8:8 -i $iters -x $((iters / 10)) >>"$w/lat.$side"
+			run $side osu_bw -m 1048576:1048576 -i 20 -x 4 >>"$w/bw.$side"
+		done
+	done
+}
+
+# abtable A B: the table of abrounds' figures, A over B.
+abtable() {
+	local a=$1 b=$2 m name
+	echo "| measure | $a | $b | ratio $a/$b (median of per-round ratios) | 95% interval |"
+	echo "|---|---|---|---|---|"
+	for m in lat bw; do
+		name="osu_latency 8 B (µs)"
+		[ $m = bw ] && name="osu_bw 1 MiB (MB/s)"
+		echo "| $name | $(median <"$w/$m.$a") | $(median <"$w/$m.$b") | $(ratios "$w/$m.$a" "$w/$m.$b" | median | decimals 3) | $(ratios "$w/$m.$a" "$w/$m.$b" | median_ci) |"
+	done
+}
