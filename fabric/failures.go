@@ -169,7 +169,8 @@ func (ep *Endpoint) State(w int) PeerState {
 	default:
 		return Stopped
 	}
-	if p := e.route[w]; p != nil && w != ep.rank && p.closed(w) {
+	// (After Close the providers are gone: nothing more to ask them.)
+	if p := e.route[w]; !e.closed && p != nil && w != ep.rank && p.closed(w) {
 		return Stopped
 	}
 	if ep.stalled != nil && ep.stalled[w] {

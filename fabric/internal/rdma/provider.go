@@ -971,6 +971,9 @@ func (v *Provider) fail(w int, cause error) {
 
 // Closed reports whether the peer said goodbye (Close) before going.
 func (v *Provider) Closed(peer int) bool {
+	if v.closing { // Close unmaps the control words
+		return false
+	}
 	return atomic.LoadUint64(v.ctlWord(peer, 1)) == 1
 }
 
