@@ -215,7 +215,3 @@ func (d *Detector) run(obs int) {
 		}
 	}
 }
-
-// ErrSuspected is the cause of a failure the detector declared: a
-// heartbeat that stopped (it is wrapped in fabric.ErrProcFailed).
-var ErrSuspected = errors.New("ft: suspected by the failure detector")

@@ -24,7 +24,6 @@
 package heartbeat
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -81,9 +80,6 @@ type Beat struct {
 	a    *args
 	stop func() // the fallback's
 }
-
-// ErrStopped is returned by Stop for a heartbeat already stopped.
-var ErrStopped = errors.New("heartbeat: already stopped")
 
 // Start starts the heartbeat c describes.
 func Start(c Config) (*Beat, error) {

@@ -16,10 +16,6 @@ import (
 // peers': the NIC does both). Each is signaled; Counts tracks a peer's,
 // and the fabric's Flush waits on them.
 
-// ErrTooLong says a one-sided operation is longer than the port's largest
-// message.
-var ErrTooLong = errors.New("longer than the port's largest message")
-
 // Counts tracks one peer's one-sided operations: how many were issued and
 // how many completed, and the first failure since the caller last cleared
 // Err.

@@ -160,14 +160,6 @@ type Registry interface {
 	Deregister()
 }
 
-// ErrGone says a peer's process is gone; ErrNoRoute that it cannot be
-// reached, which is not known to be a death.
-var (
-	ErrGone    = errors.New("process is gone")
-	ErrNoRoute = errors.New("no route")
-	errClosing = errors.New("the provider is closing")
-)
-
 // Config is what New needs to know.
 type Config struct {
 	Device string              // the device to open ("" for the first active one)
