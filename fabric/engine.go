@@ -188,7 +188,7 @@ func (e *engine) finish(r *op, err error) {
 
 // sendCtl sends a control frame now or queues it behind earlier frames.
 func (e *engine) sendCtl(peer int, h *wire.Header) {
-	if e.failed[peer] != nil || e.route[peer] == nil {
+	if e.closed || e.failed[peer] != nil || e.route[peer] == nil {
 		return
 	}
 	if e.pending[peer].empty() && e.route[peer].send(peer, h, nil) {
@@ -565,12 +565,18 @@ func (e *engine) markFailedNow(peer int, cause error) {
 		// Known before any operation reports it (the Fortran "known
 		// failed image" rule): the order is GetFailed's.
 		e.order = append(e.order, peer)
-		e.fence(peer)
-		e.spread(peer)
 	}
-	for _, p := range e.provs {
-		if f, ok := p.(failureListener); ok {
-			f.peerFailed(e, peer, cause)
+	// After Close the knowledge is still recorded (a launcher notice may
+	// arrive then), but the providers are released: nothing to tell them.
+	if !e.closed {
+		if errors.Is(cause, ErrProcFailed) {
+			e.fence(peer)
+			e.spread(peer)
+		}
+		for _, p := range e.provs {
+			if f, ok := p.(failureListener); ok {
+				f.peerFailed(e, peer, cause)
+			}
 		}
 	}
 	l := &e.pending[peer]

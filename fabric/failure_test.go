@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
 func init() {
@@ -209,6 +211,40 @@ func TestLauncherNotice(t *testing.T) {
 	if !errors.Is(err, ErrProcFailed) || !errors.As(err, &pe) || pe.Rank != 2 || !strings.Contains(err.Error(), "signal 9") {
 		t.Fatalf("receive from the failed rank: %v", err)
 	}
+	if f := ep.Failed(); !slices.Equal(f, []int{2}) {
+		t.Errorf("Failed() = %v", f)
+	}
+}
+
+// releasedProvider stands for a provider its endpoint's Close released:
+// any use of it is a bug.
+type releasedProvider struct{ selfProvider }
+
+func (*releasedProvider) send(int, *wire.Header, []byte) bool {
+	panic("send through a released provider")
+}
+func (*releasedProvider) poll(*engine, int) int { panic("poll of a released provider") }
+
+// TestNoticeAfterClose: a launcher notice that arrives after Close is
+// still recorded, and touches no provider (the notice goroutine outlives
+// Close; spreading the failure once sent through a released shm ring).
+func TestNoticeAfterClose(t *testing.T) {
+	e := newEngine(0, 4)
+	ep := &Endpoint{e: e, rank: 0, size: 4}
+	for w := 1; w < 4; w++ {
+		e.route[w] = &releasedProvider{}
+	}
+	e.provs = append(e.provs, e.route[1])
+	e.closed = true
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	rd, wr := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+	fmt.Fprintf(wr, "failed rank=2 status=137 time=%d\n", time.Now().UnixNano())
+	wr.Close()
+	watchLauncher(e, rd)
+	rd.Close()
 	if f := ep.Failed(); !slices.Equal(f, []int{2}) {
 		t.Errorf("Failed() = %v", f)
 	}
