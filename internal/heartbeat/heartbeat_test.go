@@ -30,20 +30,10 @@ func words(t *testing.T, n int) []uint64 {
 	return unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n)
 }
 
-func threads(t *testing.T) int {
-	t.Helper()
-	d, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(d)
-}
-
 // TestBeat: every word moves at the period's pace, together; Stop ends
 // the thread, after which nothing moves.
 func TestBeat(t *testing.T) {
 	w := words(t, 2)
-	before := threads(t)
 	b, err := Start(Config{Period: 5 * time.Millisecond, Words: []*uint64{&w[0], &w[1]}})
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +45,10 @@ func TestBeat(t *testing.T) {
 	if a0 < 10 || a1+1 < a0 || a0+1 < a1 {
 		t.Errorf("after 200 ms of 5 ms beats: %d and %d", a0, a1)
 	}
-	if Independent && threads(t) != before+1 {
-		t.Errorf("%d threads while beating, %d before", threads(t), before)
+	tid := atomic.LoadUint32(&b.a.tid)
+	task := fmt.Sprintf("/proc/self/task/%d", tid)
+	if _, err := os.Stat(task); Independent && err != nil {
+		t.Errorf("the heartbeat's thread %d: %v", tid, err)
 	}
 	if err := b.Stop(); err != nil {
 		t.Fatal(err)
@@ -69,8 +61,8 @@ func TestBeat(t *testing.T) {
 	if got := atomic.LoadUint64(&w[0]); got != end {
 		t.Errorf("the word moved from %d to %d after Stop", end, got)
 	}
-	if got := threads(t); got != before {
-		t.Errorf("%d threads after Stop, %d before", got, before)
+	if _, err := os.Stat(task); Independent && !os.IsNotExist(err) {
+		t.Errorf("the heartbeat's thread %d after Stop: %v", tid, err)
 	}
 }
 
@@ -199,4 +191,46 @@ func TestSpinChild(t *testing.T) {
 	for atomic.LoadUint64(&w[0]) < 100 {
 	}
 	fmt.Printf("ticks=%d took=%d\n", ticks.Load()-t0, time.Since(start))
+}
+
+// TestBeatFromIdleThread: a heartbeat made from a thread under
+// SCHED_IDLE (as Go threads the demoted runtime monitor started are) still
+// runs as a normal thread.
+func TestBeatFromIdleThread(t *testing.T) {
+	if !Independent {
+		t.Skip("the heartbeat is a goroutine on " + runtime.GOARCH)
+	}
+	if err := idleBeat(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func idleBeat() error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // a thread of its own, not given back to the runtime
+		me := unix.Gettid()
+		if err := unix.SchedSetAttr(me, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0); err != nil {
+			errc <- err
+			return
+		}
+		mem, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Munmap(mem)
+		b, err := Start(Config{Period: time.Millisecond, Words: []*uint64{(*uint64)(unsafe.Pointer(&mem[0]))}})
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer b.Stop()
+		attr, err := unix.SchedGetAttr(int(atomic.LoadUint32(&b.a.tid)), 0)
+		if err == nil && attr.Policy != unix.SCHED_NORMAL {
+			err = fmt.Errorf("a heartbeat made from a SCHED_IDLE thread runs under policy %d", attr.Policy)
+		}
+		errc <- err
+	}()
+	return <-errc
 }

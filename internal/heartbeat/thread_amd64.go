@@ -26,8 +26,15 @@ func (b *Beat) start() error {
 	// CLONE_PARENT_SETTID stores the thread's id in a.tid before clone
 	// returns, so Stop never mistakes a thread that has not started for
 	// one that has exited.
-	if _, errno := spawn(unsafe.Pointer(b.a), top&^15); errno != 0 {
+	tid, errno := spawn(unsafe.Pointer(b.a), top&^15)
+	if errno != 0 {
 		return fmt.Errorf("heartbeat: clone: %w", unix.Errno(errno))
 	}
+	// The thread inherits its creator's scheduling policy, and a Go
+	// thread the runtime's monitor started under process tuning runs
+	// SCHED_IDLE (reset-on-fork does not reset that policy): a beat that
+	// waits for an idle CPU is a false suspicion. It runs as a normal
+	// thread, whoever made it.
+	unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}, 0)
 	return nil
 }
