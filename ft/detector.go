@@ -18,7 +18,7 @@ import (
 // issue's budget for a SIGSTOPped process is 300 ms).
 const (
 	DefaultTimeout = 10 * fabric.DefaultHeartbeat
-	DefaultGrace   = time.Second
+	DefaultGrace   = 30 * time.Second
 )
 
 // Options tune a Detector. Zero values take the defaults.
@@ -33,8 +33,8 @@ type Options struct {
 	// beat is seen at most a tick after it).
 	Tick time.Duration
 	// Grace is how long Start waits for the first heartbeat of the
-	// process it observes (default DefaultGrace, and at least 30 s over
-	// verbs, where the first read needs a connection).
+	// process it observes (default DefaultGrace; over verbs the first
+	// read needs a connection).
 	Grace time.Duration
 	// StalledAfter is how long a heartbeat may stand still before the
 	// process is reported stalled (fabric.Stalled; default a quarter of
@@ -89,7 +89,7 @@ func Start(ctx context.Context, ep *fabric.Endpoint, o Options) (*Detector, erro
 	d := &Detector{ep: ep, o: o, stop: make(chan struct{}), done: make(chan struct{}), observing: -1}
 	obs := d.next(ep.World().Rank())
 	if obs >= 0 {
-		ctx, cancel := context.WithTimeout(ctx, max(o.Grace, 30*time.Second))
+		ctx, cancel := context.WithTimeout(ctx, o.Grace)
 		defer cancel()
 		for {
 			_, seen, err := ep.Heartbeat(obs)
@@ -189,7 +189,7 @@ func (d *Detector) run(obs int) {
 			ep.SetStalled(obs, false)
 			obs = d.next(obs)
 			d.setObserving(obs)
-			moved, known = now.Add(o.Timeout/2), false
+			moved, known = now, false
 			continue
 		}
 		switch {
@@ -209,7 +209,7 @@ func (d *Detector) run(obs int) {
 				ErrSuspected, now.Sub(moved).Round(time.Millisecond), me))
 			obs = d.next(obs)
 			d.setObserving(obs)
-			moved, known = now.Add(o.Timeout/2), false
+			moved, known = now, false
 		case now.Sub(moved) > o.StalledAfter:
 			ep.SetStalled(obs, true)
 		}
