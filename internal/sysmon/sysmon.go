@@ -35,6 +35,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -48,8 +49,12 @@ var ErrNotFound = errors.New("sysmon: the Go runtime's monitor thread was not fo
 // run on one CPU only.
 const EnvVar = "RIVET_SYSMON"
 
-// demoted is the thread Demote lowered, 0 if none.
-var demoted atomic.Int64
+// demoted is the thread Demote lowered, 0 if none; mu makes concurrent
+// Demotes lower it once.
+var (
+	demoted atomic.Int64
+	mu      sync.Mutex
+)
 
 // scans bounds the search: a scan that finds the monitor runnable rather
 // than asleep yields the CPU to it and looks again. A scan takes some
@@ -98,10 +103,12 @@ func oneCPU() bool {
 }
 
 // Demote finds the runtime's monitor thread and sets its policy to
-// SCHED_IDLE, with SCHED_FLAG_RESET_ON_FORK so that the threads it
-// starts (it hands Ps to new ones) get the normal policy back. It
-// returns the thread's ID. Calling it again returns the same thread.
+// SCHED_IDLE, and starts a guard that gives the normal policy back to
+// the threads the monitor starts (see guard). It returns the thread's
+// ID. Calling it again returns the same thread.
 func Demote() (int, error) {
+	mu.Lock()
+	defer mu.Unlock()
 	if tid := demoted.Load(); tid != 0 {
 		return int(tid), nil
 	}
@@ -109,11 +116,13 @@ func Demote() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	attr := unix.SchedAttr{Policy: unix.SCHED_IDLE, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+	before := threads()
+	attr := unix.SchedAttr{Policy: unix.SCHED_IDLE}
 	if err := unix.SchedSetAttr(tid, &attr, 0); err != nil {
 		return 0, fmt.Errorf("sysmon: thread %d: %w", tid, os.NewSyscallError("sched_setattr", err))
 	}
 	demoted.Store(int64(tid))
+	go guard(tid, before)
 	return tid, nil
 }
 

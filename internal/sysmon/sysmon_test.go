@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 }
 
 var children = map[string]func() error{
-	"demote": childDemote,
-	"env":    childEnvChoice,
+	"demote":  childDemote,
+	"env":     childEnvChoice,
+	"inherit": childInherit,
 }
 
 // runChild runs case c with env added and returns its output.
@@ -52,7 +53,7 @@ func runChild(t *testing.T, c string, env ...string) (string, error) {
 // TestDemote checks, in a child, that the thread Demote lowers is the
 // runtime's monitor — the one that wakes every few milliseconds while a
 // goroutine spins, where idle threads do not wake at all — and that it
-// alone ends up under SCHED_IDLE, with reset-on-fork.
+// alone ends up under SCHED_IDLE.
 func TestDemote(t *testing.T) {
 	out, err := runChild(t, "demote")
 	if err != nil || !strings.HasSuffix(out, "ok\n") {
@@ -111,8 +112,8 @@ func childDemote() error {
 			continue // the thread has gone
 		}
 		switch {
-		case id == tid && (attr.Policy != unix.SCHED_IDLE || attr.Flags&unix.SCHED_FLAG_RESET_ON_FORK == 0):
-			return fmt.Errorf("monitor %d: policy %d, flags %#x; want SCHED_IDLE with reset-on-fork", id, attr.Policy, attr.Flags)
+		case id == tid && attr.Policy != unix.SCHED_IDLE:
+			return fmt.Errorf("monitor %d: policy %d; want SCHED_IDLE", id, attr.Policy)
 		case id != tid && attr.Policy != unix.SCHED_NORMAL:
 			return fmt.Errorf("thread %d: policy %d; only the monitor should have changed", id, attr.Policy)
 		}
@@ -123,6 +124,88 @@ func childDemote() error {
 	if State() != "idle" || Demoted() != tid {
 		return fmt.Errorf("after Demote: state %s, thread %d", State(), Demoted())
 	}
+	return nil
+}
+
+// TestInherit checks, in a child, that threads the demoted monitor
+// starts do not stay under SCHED_IDLE. A thread inherits its creator's
+// policy, reset-on-fork resets only real-time policies and negative
+// nice values, and the monitor starts a thread whenever it takes a P
+// from a system call and finds no idle one to hand it to.
+func TestInherit(t *testing.T) {
+	out, err := runChild(t, "inherit")
+	if err != nil || !strings.HasSuffix(out, "ok\n") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(out))
+}
+
+func childInherit() error {
+	var stop atomic.Bool
+	defer stop.Store(true)
+	go func() {
+		for !stop.Load() {
+		}
+	}()
+	tid, err := Demote()
+	if err != nil {
+		return err
+	}
+	// Goroutines blocked in read(2) hold their Ps until the monitor takes
+	// them back and starts threads to run the others.
+	threads := func() int {
+		tasks, _ := os.ReadDir("/proc/self/task")
+		return len(tasks)
+	}
+	before := threads()
+	var fds [][2]int
+	for range 8 {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			return err
+		}
+		fds = append(fds, p)
+		go func() {
+			var b [1]byte
+			unix.Read(p[0], b[:])
+		}()
+	}
+	defer func() {
+		for _, p := range fds {
+			unix.Write(p[1], []byte{0})
+			unix.Close(p[1])
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for threads() < before+4 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d threads after 5 s, %d before: the runtime started none", threads(), before)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The guard resets them within a period of its own; 5 s is many.
+	var idle []int
+	for deadline = time.Now().Add(5 * time.Second); ; {
+		idle = idle[:0]
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, task := range tasks {
+			id, _ := strconv.Atoi(task.Name())
+			if attr, err := unix.SchedGetAttr(id, 0); err == nil && attr.Policy == unix.SCHED_IDLE && id != tid {
+				idle = append(idle, id)
+			}
+		}
+		if len(idle) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("threads %v still SCHED_IDLE after 5 s (monitor %d, %d threads)", idle, tid, threads())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if a, err := unix.SchedGetAttr(tid, 0); err != nil || a.Policy != unix.SCHED_IDLE {
+		return fmt.Errorf("monitor %d lost SCHED_IDLE: %v", tid, err)
+	}
+	fmt.Printf("%d threads, %d before; only the monitor %d is SCHED_IDLE\n", threads(), before, tid)
 	return nil
 }
 
