@@ -49,6 +49,7 @@ type Endpoint struct {
 	ids        idMask
 	closed     atomic.Bool
 	ftFile     *os.File
+	told       chan struct{}   // closed when every verdict went to the launcher
 	stopEvents func()          // ends watchVerbs
 	beat       *heartbeat.Beat // this process's heartbeat, nil if none
 	stalled    []bool          // by world rank: a detector sees its heartbeat late (SetStalled)
@@ -99,11 +100,20 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 		ep.closeProviders()
 		return nil, err
 	}
-	if fd := o.ftFD; fd != 0 && o.sources&SourceLauncher != 0 {
+	if fd := o.ftFD; fd != 0 {
 		unix.CloseOnExec(fd)
 		unix.SetNonblock(fd, true)
 		ep.ftFile = os.NewFile(uintptr(fd), "rivet-ft")
-		go watchLauncher(ep.e, ep.ftFile)
+		// The launcher's notices are a failure source; verdicts go back
+		// to it whichever sources are on.
+		if o.sources&SourceLauncher != 0 {
+			go watchLauncher(ep.e, ep.ftFile)
+		}
+		ep.e.mu.Lock()
+		ep.e.verdicts = make(chan int, ep.size)
+		ep.e.mu.Unlock()
+		ep.told = make(chan struct{})
+		go tellLauncher(ep.ftFile, ep.e.verdicts, ep.told)
 	}
 	return ep, nil
 }
@@ -399,12 +409,16 @@ func (ep *Endpoint) Close() error {
 		ep.verbs.Goodbye()
 	}
 	ep.e.closed = true
+	if ep.e.verdicts != nil {
+		close(ep.e.verdicts) // fence runs only before closed
+	}
 	ep.e.mu.Unlock()
 	if ep.stopEvents != nil {
 		ep.stopEvents()
 	}
 	ep.closeProviders()
 	if ep.ftFile != nil {
+		<-ep.told // the verdicts given before Close reach the launcher
 		ep.ftFile.Close()
 	}
 	return ep.boot.Close()

@@ -119,6 +119,18 @@ func watchLauncher(e *engine, f *os.File) {
 	}
 }
 
+// tellLauncher writes rivetrun -ft a "declared rank=R" line for each
+// rank this process declares failed, until Close closes verdicts; then
+// it closes done. A launcher that does not read within 100 ms, or is
+// gone, is not waited for.
+func tellLauncher(f *os.File, verdicts <-chan int, done chan<- struct{}) {
+	defer close(done)
+	for w := range verdicts {
+		f.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		fmt.Fprintf(f, "declared rank=%d\n", w)
+	}
+}
+
 func parseNotice(line string) (rank, status int, at time.Time, ok bool) {
 	f := strings.Fields(line)
 	if len(f) != 4 || f[0] != "failed" {

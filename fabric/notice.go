@@ -83,11 +83,18 @@ type fencer interface {
 	fenceSelf()
 }
 
-// fence carries out the verdict on world rank w at every provider.
+// fence carries out the verdict on world rank w at every provider, and
+// tells the launcher, which makes it final if w cannot end itself.
 func (e *engine) fence(w int) {
 	for _, p := range e.provs {
 		if f, ok := p.(fencer); ok {
 			f.fence(w)
+		}
+	}
+	if e.verdicts != nil {
+		select {
+		case e.verdicts <- w:
+		default: // room for every rank once; a rank is fenced once
 		}
 	}
 }

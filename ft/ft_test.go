@@ -17,6 +17,7 @@ import (
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/jobtest"
+	"github.com/rivet-hpc/rivet/internal/launch"
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
@@ -65,18 +66,20 @@ func victim(n int) int { return n / 2 }
 // progStop: the victim stops itself (SIGSTOP) once every rank's detector
 // runs. Every survivor learns that it failed — its observer convicts it,
 // the others hear of it — and then one sends it SIGCONT: fenced out, it
-// ends with fabric.ExitDeclaredFailed.
+// ends with fabric.ExitDeclaredFailed. With FT_TEST_CONT=0 nobody
+// continues it: the launcher has to end it.
 func progStop(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
 	me, n, v := w.Rank(), w.Size(), victim(w.Size())
+	cont := os.Getenv("FT_TEST_CONT") != "0"
 	d, err := Start(ctx, ep, Options{})
 	must(err, "start")
 	defer d.Stop()
 	var pid [8]byte
-	if me == v {
+	if me == v && cont {
 		binary.LittleEndian.PutUint64(pid[:], uint64(os.Getpid()))
 		must(w.Send(ctx, pid[:], 0, 1), "send pid")
-	} else if me == 0 {
+	} else if me == 0 && cont {
 		_, err := w.Recv(ctx, pid[:], v, 1)
 		must(err, "recv pid")
 		// Whatever happens here, the victim is not left stopped (the job
@@ -115,7 +118,7 @@ func progStop(ctx context.Context, ep *fabric.Endpoint) error {
 			failf("world rank %d is %v", r, s)
 		}
 	}
-	if me == 0 {
+	if me == 0 && cont {
 		syscall.Kill(int(binary.LittleEndian.Uint64(pid[:])), syscall.SIGCONT)
 	}
 	// The survivors still talk.
@@ -137,7 +140,10 @@ func TestStopped(t *testing.T) {
 	for _, way := range ways(t) {
 		for _, n := range []int{4, 8} {
 			t.Run(fmt.Sprintf("%s/%d", way.name, n), func(t *testing.T) {
-				out, errs, st := progs.Run(t, n, "stop", true, way.env...)
+				// The launcher would kill the stopped rank FenceGrace after
+				// the first verdict; here the test continues it first.
+				o := launch.Options{N: n, FT: true, FenceGrace: 10 * time.Minute, Env: way.env}
+				out, errs, st := progs.RunWith(t, o, "stop")
 				if st != fabric.ExitDeclaredFailed || !strings.Contains(errs, "was declared failed") {
 					t.Fatalf("status %d, want %d (the stopped rank, fenced out)\n%s\n%s", st, fabric.ExitDeclaredFailed, out, errs)
 				}
@@ -150,6 +156,29 @@ func TestStopped(t *testing.T) {
 				t.Logf("every survivor learned of the stopped rank: %v", knew(out))
 			})
 		}
+	}
+}
+
+// TestLauncherKills: a rank declared failed that cannot end itself — it
+// stays stopped — is killed by the launcher (rivetrun -ft) once the
+// fence grace has passed.
+func TestLauncherKills(t *testing.T) {
+	for _, way := range ways(t) {
+		t.Run(way.name, func(t *testing.T) {
+			start := time.Now()
+			out, errs, st := progs.Run(t, 4, "stop", true, append([]string{"FT_TEST_CONT=0"}, way.env...)...)
+			v := victim(4)
+			want := fmt.Sprintf("rivetrun: rank %d, declared failed by rank ", v)
+			if st != 128+int(syscall.SIGKILL) || !strings.Contains(errs, want) || !strings.Contains(errs, "killing it (-ft)") {
+				t.Fatalf("status %d, want %d with %q (the launcher killed the stopped rank)\n%s\n%s", st, 128+int(syscall.SIGKILL), want, out, errs)
+			}
+			for r := 0; r < 4; r++ {
+				if r != v && !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+					t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
+				}
+			}
+			t.Logf("killed; the job took %v", time.Since(start).Round(time.Millisecond))
+		})
 	}
 }
 

@@ -19,6 +19,10 @@
 // With -ft the job keeps running when a process dies: each live process
 // reads "failed rank=R status=S time=UNIXNANO" lines on fd 4 (named by
 // RIVET_FT_FD), which the fabric turns into per-peer failure knowledge.
+// On the same socket a process writes "declared rank=R" when it declared
+// rank R failed (its detector convicted it, or a peer told it so); a
+// rank declared failed that has not exited -fence-grace later — hung,
+// stopped, or cut off from the peers that would end it — is killed.
 // rivetrun then exits with the first failed process's status once all
 // have exited.
 package main
@@ -54,6 +58,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	ft := fs.Bool("ft", false, "keep the job running when a rank dies, and tell the others (fd 4, RIVET_FT_FD)")
 	bind := fs.String("bind-to", "auto", "pin rank r to CPU r mod NumCPU: `core`, none, or auto (core when N ≤ CPUs)")
 	grace := fs.Duration("grace", 3*time.Second, "after a failure, how long the others get to exit on SIGTERM before SIGKILL")
+	fenceGrace := fs.Duration("fence-grace", time.Second, "with -ft, how long a rank declared failed gets to exit by itself before SIGKILL")
 	if err := fs.Parse(argv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -75,6 +80,6 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rivetrun: -bind-to %q: want core, none or auto\n", *bind)
 		return 2
 	}
-	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft, Bind: bindOn,
+	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft, FenceGrace: *fenceGrace, Bind: bindOn,
 		Stdout: stdout, Stderr: stderr}, fs.Args())
 }

@@ -25,6 +25,14 @@ func Job(t testing.TB, n int, ft bool, env ...string) (string, string, int) {
 	return job(launch.Options{N: n, FT: ft, Env: env})
 }
 
+// JobWith is Job with the launcher's options given whole (N, FT, Env and
+// the rest); output is tagged and the job's context, grace and streams
+// are Job's.
+func JobWith(t testing.TB, o launch.Options) (string, string, int) {
+	t.Helper()
+	return job(o)
+}
+
 func job(o launch.Options) (string, string, int) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rivet-hpc/rivet/internal/launch"
 )
 
 // Programs is a test binary's registry of rank programs and the harness
@@ -66,6 +68,13 @@ func (p *Programs[E]) Main(m *testing.M) {
 func (p *Programs[E]) Run(t testing.TB, n int, prog string, ft bool, env ...string) (string, string, int) {
 	t.Helper()
 	return Job(t, n, ft, append([]string{p.Env + "=" + prog}, env...)...)
+}
+
+// RunWith runs program prog as the job o describes (see JobWith).
+func (p *Programs[E]) RunWith(t testing.TB, o launch.Options, prog string) (string, string, int) {
+	t.Helper()
+	o.Env = append([]string{p.Env + "=" + prog}, o.Env...)
+	return JobWith(t, o)
 }
 
 // OK runs prog on n ranks and fails the test unless every rank finished.

@@ -31,7 +31,8 @@ import (
 )
 
 // FTFD is the file descriptor on which, under Options.FT, each process
-// reads the launcher's failure notices; FTEnv names it in the environment.
+// reads the launcher's failure notices and writes its verdicts; FTEnv
+// names it in the environment.
 const (
 	FTFD  = 4
 	FTEnv = "RIVET_FT_FD"
@@ -47,6 +48,10 @@ type Options struct {
 	Tag   bool          // prefix every output line with "[rank] "
 	Grace time.Duration // after a failure, time given to SIGTERM before SIGKILL
 	FT    bool          // keep running when a rank dies and tell the others
+	// FenceGrace is, under FT, how long a rank another rank declared
+	// failed has to exit by itself (its fabric ends it with status 99 as
+	// soon as it runs) before the launcher SIGKILLs it; 1 s if zero.
+	FenceGrace time.Duration
 	// Bind pins rank r to CPU r mod NumCPU from its first instruction,
 	// as mpirun's --bind-to core does: the Go runtime then starts with
 	// GOMAXPROCS 1 and every thread it makes stays on that CPU.
@@ -61,10 +66,17 @@ type Options struct {
 // process's status (128+N for signal N), or the status for a forwarded
 // signal. Without FT, the first failure stops the other processes, as
 // mpirun does. With FT, the others keep running and each live process
-// reads "failed rank=R status=S time=UNIXNANO" lines on fd FTFD.
+// reads "failed rank=R status=S time=UNIXNANO" lines on fd FTFD, a
+// socket on which it writes "declared rank=R" when it has declared rank R
+// failed: the launcher then makes the verdict final, killing R if it has
+// not exited within FenceGrace (a hung or cut-off process cannot end
+// itself).
 func Run(ctx context.Context, o Options, argv []string) int {
 	if o.Grace == 0 {
 		o.Grace = 3 * time.Second
+	}
+	if o.FenceGrace == 0 {
+		o.FenceGrace = time.Second
 	}
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
@@ -101,8 +113,11 @@ type job struct {
 	procs []*exec.Cmd
 
 	ftMu sync.Mutex
-	ft   []*os.File // per rank: where its failure notices go; nil once it exited
+	ft   []*os.File // per rank: its notice socket; nil once it exited
 }
+
+// verdict is rank by's word that rank rank failed.
+type verdict struct{ by, rank int }
 
 // exit is how one process ended.
 type exit struct {
@@ -129,6 +144,7 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	jobid := newJobID()
 	srv := pmi.NewServer(j.N, jobid)
 	exits := make(chan exit, j.N)
+	verdicts := make(chan verdict, j.N)
 	j.ft = make([]*os.File, j.N)
 	defer func() {
 		j.ftMu.Lock()
@@ -161,15 +177,21 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 			cmd.Env = append(cmd.Env, TuneEnv+"=1")
 		}
 		if j.FT {
-			pr, pw, err := os.Pipe()
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err == nil {
+				// Ours through the poller: writes take a deadline, and
+				// the reader below ends when the socket is closed.
+				err = unix.SetNonblock(fds[0], true)
+			}
 			if err != nil {
-				j.logf("rivetrun: pipe: %v\n", err)
+				j.logf("rivetrun: socketpair: %v\n", err)
 				j.stop(syscall.SIGKILL)
 				return 1
 			}
-			ftChild = pr
-			j.ft[r] = pw
-			cmd.ExtraFiles = append(cmd.ExtraFiles, pr) // fd 4
+			ftChild = os.NewFile(uintptr(fds[1]), "ft-child")
+			j.ft[r] = os.NewFile(uintptr(fds[0]), "ft")
+			go readVerdicts(ctx, r, j.ft[r], verdicts)
+			cmd.ExtraFiles = append(cmd.ExtraFiles, ftChild) // fd 4
 			cmd.Env = append(cmd.Env, FTEnv+"="+strconv.Itoa(FTFD))
 		}
 		cmd.Stdin = nil
@@ -217,8 +239,21 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	ctxDone, killNow := ctx.Done(), make(chan struct{}, 1)
 	var stuck <-chan time.Time
 	exited := make([]bool, j.N)
+	declared := make([]int, j.N) // 1 + the rank that declared it failed first
+	fenceDue := make(chan int, j.N)
 	for left := j.N; left > 0; {
 		select {
+		case v := <-verdicts:
+			if exited[v.rank] || declared[v.rank] != 0 || stopping {
+				continue
+			}
+			declared[v.rank] = 1 + v.by
+			time.AfterFunc(j.FenceGrace, func() { fenceDue <- v.rank })
+		case r := <-fenceDue:
+			if !exited[r] && !stopping {
+				j.logf("rivetrun: rank %d, declared failed by rank %d, has not exited in %v; killing it (-ft)\n", r, declared[r]-1, j.FenceGrace)
+				signalGroup(j.procs[r].Process.Pid, syscall.SIGKILL)
+			}
 		case s := <-sigs:
 			j.stop(s.(syscall.Signal))
 			if !stopping {
@@ -277,9 +312,27 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	return status
 }
 
-// exited closes rank e's notice pipe and, if it failed, tells every
+// readVerdicts passes on rank by's "declared rank=R" lines until its
+// socket closes.
+func readVerdicts(ctx context.Context, by int, f *os.File, out chan<- verdict) {
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(sc.Text(), "declared rank=")
+		r, err := strconv.Atoi(v)
+		if !ok || err != nil || r < 0 || r >= cap(out) || r == by {
+			continue
+		}
+		select {
+		case out <- verdict{by, r}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// exited closes rank e's notice socket and, if it failed, tells every
 // other live rank. A write to a rank that stopped reading is dropped: the
-// pipe is non-blocking for us, so a stuck rank never stalls the launcher.
+// socket is non-blocking for us, so a stuck rank never stalls the launcher.
 func (j *job) exited(e exit) {
 	if !j.FT {
 		return
