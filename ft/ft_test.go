@@ -168,7 +168,7 @@ func TestLauncherKills(t *testing.T) {
 			start := time.Now()
 			out, errs, st := progs.Run(t, 4, "stop", true, append([]string{"FT_TEST_CONT=0"}, way.env...)...)
 			v := victim(4)
-			want := fmt.Sprintf("rivetrun: rank %d, declared failed by rank ", v)
+			want := fmt.Sprintf("rivetrun: rank %d, declared failed by the other ranks", v)
 			if st != 128+int(syscall.SIGKILL) || !strings.Contains(errs, want) || !strings.Contains(errs, "killing it (-ft)") {
 				t.Fatalf("status %d, want %d with %q (the launcher killed the stopped rank)\n%s\n%s", st, 128+int(syscall.SIGKILL), want, out, errs)
 			}

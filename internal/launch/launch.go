@@ -68,9 +68,9 @@ type Options struct {
 // mpirun does. With FT, the others keep running and each live process
 // reads "failed rank=R status=S time=UNIXNANO" lines on fd FTFD, a
 // socket on which it writes "declared rank=R" when it has declared rank R
-// failed: the launcher then makes the verdict final, killing R if it has
-// not exited within FenceGrace (a hung or cut-off process cannot end
-// itself).
+// failed: once most of the other ranks have (see court), the launcher
+// makes the verdict final, killing R if it has not exited within
+// FenceGrace (a hung or cut-off process cannot end itself).
 func Run(ctx context.Context, o Options, argv []string) int {
 	if o.Grace == 0 {
 		o.Grace = 3 * time.Second
@@ -239,19 +239,22 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	ctxDone, killNow := ctx.Done(), make(chan struct{}, 1)
 	var stuck <-chan time.Time
 	exited := make([]bool, j.N)
-	declared := make([]int, j.N) // 1 + the rank that declared it failed first
+	judge := newCourt(j.N)
 	fenceDue := make(chan int, j.N)
+	condemn := func(ranks []int) {
+		for _, r := range ranks {
+			time.AfterFunc(j.FenceGrace, func() { fenceDue <- r })
+		}
+	}
 	for left := j.N; left > 0; {
 		select {
 		case v := <-verdicts:
-			if exited[v.rank] || declared[v.rank] != 0 || stopping {
-				continue
+			if !stopping {
+				condemn(judge.declare(v.by, v.rank))
 			}
-			declared[v.rank] = 1 + v.by
-			time.AfterFunc(j.FenceGrace, func() { fenceDue <- v.rank })
 		case r := <-fenceDue:
 			if !exited[r] && !stopping {
-				j.logf("rivetrun: rank %d, declared failed by rank %d, has not exited in %v; killing it (-ft)\n", r, declared[r]-1, j.FenceGrace)
+				j.logf("rivetrun: rank %d, declared failed by the other ranks, has not exited %v later; killing it (-ft)\n", r, j.FenceGrace)
 				signalGroup(j.procs[r].Process.Pid, syscall.SIGKILL)
 			}
 		case s := <-sigs:
@@ -287,6 +290,9 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 			left--
 			exited[e.rank] = true
 			j.exited(e)
+			if j.FT && !stopping {
+				condemn(judge.exit(e.rank))
+			}
 			if e.status == 0 || stopping {
 				continue
 			}
