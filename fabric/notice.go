@@ -54,8 +54,15 @@ func (e *engine) spread(w int) {
 	for _, t := range neighbours(e.me, len(e.failed), func(r int) bool { return e.failed[r] != nil }) {
 		e.nh = wire.Header{Kind: wire.Notice, Tag: wire.NoticeFailed, Src: int32(w)}
 		e.sendCtl(t, &e.nh)
+		if testHookNoticeSent != nil {
+			testHookNoticeSent(t)
+		}
 	}
 }
+
+// testHookNoticeSent lets tests kill a process in the middle of a
+// broadcast, after its notice went to neighbour t.
+var testHookNoticeSent func(t int)
 
 // notice takes a notice from world rank from; with e.mu held, inside a
 // poll.
