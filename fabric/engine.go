@@ -50,12 +50,12 @@ type engine struct {
 	fin    wire.Header  // a FIN being sent; here so that it does not escape to the heap
 	nh     wire.Header  // a notice being sent, likewise
 	order  []int        // world ranks known failed, in the order this process learned it
+	sh     wire.Header  // a short message's, sent by sendNow; likewise
+	pl     wire.Payload // an unexpected message being received, likewise
 	// verdicts carries the ranks this process declared failed to the
 	// launcher (rivetrun -ft), which kills them if they do not exit; nil
 	// without a launcher, closed at Close.
 	verdicts chan int
-	sh     wire.Header  // a short message's, sent by sendNow; likewise
-	pl     wire.Payload // an unexpected message being received, likewise
 }
 
 func newEngine(me, size int) *engine {
