@@ -30,7 +30,8 @@ type Options struct {
 	Timeout time.Duration
 	// Tick is how often the observer looks (default a quarter period:
 	// a conviction comes at most a tick after the timeout, and the last
-	// beat is seen at most a tick after it).
+	// beat is seen at most a tick after it; over verbs the count a tick
+	// sees was read at the tick before).
 	Tick time.Duration
 	// Grace is how long Start waits for the first heartbeat of the
 	// process it observes (default DefaultGrace; over verbs the first
@@ -204,13 +205,16 @@ func (d *Detector) run(obs int) {
 			// connected) convicts nobody: a connection that cannot be
 			// made fails the process by itself.
 			moved = now
-		case now.Sub(moved) > o.Timeout:
+		case now.Sub(moved) >= o.Timeout:
+			// Ticks are Tick apart, so the silence reaches Timeout exactly
+			// (moved is when a tick saw the count change, no earlier than
+			// the beat): at least Timeout has passed without one.
 			ep.MarkFailed(obs, fmt.Errorf("%w: its heartbeat did not move for %v (observed by world rank %d)",
 				ErrSuspected, now.Sub(moved).Round(time.Millisecond), me))
 			obs = d.next(obs)
 			d.setObserving(obs)
 			moved, known = now, false
-		case now.Sub(moved) > o.StalledAfter:
+		case now.Sub(moved) >= o.StalledAfter:
 			ep.SetStalled(obs, true)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"syscall"
@@ -83,6 +84,12 @@ func Round(ctx context.Context, ep *fabric.Endpoint, fault string) (time.Duratio
 		if fault == Stop {
 			sig = syscall.SIGSTOP
 			defer syscall.Kill(pid, syscall.SIGCONT)
+		}
+		// A fault strikes at any moment of the victim's heartbeat period,
+		// not just after a beat: Start's handshake leaves the ranks
+		// in step with the beats that it waited for.
+		if p := ep.HeartbeatPeriod(); p > 0 {
+			time.Sleep(rand.N(p))
 		}
 		t0 := monotonic()
 		syscall.Kill(pid, sig)
