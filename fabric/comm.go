@@ -31,7 +31,8 @@ const (
 type Comm struct {
 	ep    *Endpoint
 	e     *engine
-	id    uint32 // context id: its traffic matches on 4*id+0 (user), +1 (management), +2 (collectives)
+	id    uint32 // context id: its traffic matches on 4*id+0 (user), +1 (management), +2 (collectives), +3 (fault tolerance)
+	gen   uint64 // generation: the id's makes, told apart (revoke notices name both)
 	rank  int
 	ranks []int // comm rank -> world rank
 	index []int // world rank -> comm rank, or -1
@@ -43,13 +44,16 @@ type Comm struct {
 	chunkSeq  uint64                   // chunks of chunked node allreduces (world only)
 	spare     atomic.Pointer[Schedule] // the last finished schedule, for the next
 	acked     int                      // failures of members acknowledged (AckFailed); under e.mu
+
+	revoked    atomic.Bool // set under e.mu (revoke)
+	revokeHops int         // how far the revoke notice came: 0 revoked here, -1 learned from an operation; under e.mu
 }
 
 // Endpoint returns the endpoint c belongs to.
 func (c *Comm) Endpoint() *Endpoint { return c.ep }
 
-func newComm(ep *Endpoint, id uint32, ranks []int) *Comm {
-	c := &Comm{ep: ep, e: ep.e, id: id, ranks: ranks, index: make([]int, ep.size), rank: -1}
+func newComm(ep *Endpoint, id uint32, gen uint64, ranks []int) *Comm {
+	c := &Comm{ep: ep, e: ep.e, id: id, gen: gen, ranks: ranks, index: make([]int, ep.size), rank: -1}
 	for i := range c.index {
 		c.index[i] = -1
 	}
@@ -59,6 +63,9 @@ func newComm(ep *Endpoint, id uint32, ranks []int) *Comm {
 			c.rank = i
 		}
 	}
+	c.e.mu.Lock()
+	c.e.register(c)
+	c.e.mu.Unlock()
 	return c
 }
 
@@ -84,6 +91,11 @@ func (c *Comm) contextID() uint32 { return c.id }
 func (c *Comm) ctxUser() uint32 { return c.id * 4 }
 func (c *Comm) ctxMgmt() uint32 { return c.id*4 + 1 }
 func (c *Comm) ctxColl() uint32 { return c.id*4 + 2 }
+func (c *Comm) ctxFT() uint32   { return c.id*4 + ctxFT }
+
+// ctxFT is the fault-tolerance context's offset: agreement and shrink
+// talk on it, and a revoke does not stop it.
+const ctxFT = 3
 
 func (c *Comm) fromWorld(w int) int {
 	if w < 0 || w >= len(c.index) {
@@ -125,9 +137,13 @@ func (c *Comm) Free() error {
 	if c == c.ep.world || c == c.ep.self {
 		return fmt.Errorf("%w: the world and self communicators are freed by Endpoint.Close", ErrComm)
 	}
+	c.e.mu.Lock()
 	if c.freed.Swap(true) {
+		c.e.mu.Unlock()
 		return fmt.Errorf("%w: freed twice", ErrComm)
 	}
+	c.e.unregister(c)
+	c.e.mu.Unlock()
 	c.ep.releaseID(c.id)
 	return nil
 }
@@ -140,11 +156,11 @@ func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
 	}
 	c.ep.createMu.Lock()
 	defer c.ep.createMu.Unlock()
-	id, err := c.agreeID(ctx, allRanks(c.Size()), tagDup)
+	id, gen, err := c.agreeID(ctx, allRanks(c.Size()), tagDup)
 	if err != nil {
 		return nil, err
 	}
-	return newComm(c.ep, id, slices.Clone(c.ranks)), nil
+	return newComm(c.ep, id, gen, slices.Clone(c.ranks)), nil
 }
 
 // Split partitions c by color: processes passing the same color get a
@@ -167,7 +183,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, err := c.agreeID(ctx, allRanks(c.Size()), tagSplit+1)
+	id, gen, err := c.agreeID(ctx, allRanks(c.Size()), tagSplit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +208,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	for i, m := range ms {
 		ranks[i] = c.ranks[m.rank]
 	}
-	return newComm(c.ep, id, ranks), nil
+	return newComm(c.ep, id, gen, ranks), nil
 }
 
 // Create is the communicator of group g, a subset of c's group
@@ -207,7 +223,7 @@ func (c *Comm) Create(ctx context.Context, g Group) (*Comm, error) {
 	}
 	c.ep.createMu.Lock()
 	defer c.ep.createMu.Unlock()
-	id, err := c.agreeID(ctx, allRanks(c.Size()), tagCreate)
+	id, gen, err := c.agreeID(ctx, allRanks(c.Size()), tagCreate)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +231,7 @@ func (c *Comm) Create(ctx context.Context, g Group) (*Comm, error) {
 		c.ep.releaseID(id)
 		return nil, nil
 	}
-	return newComm(c.ep, id, g.Members()), nil
+	return newComm(c.ep, id, gen, g.Members()), nil
 }
 
 // CreateGroup is Create collective over g's members only
@@ -240,11 +256,11 @@ func (c *Comm) CreateGroup(ctx context.Context, g Group, tag int) (*Comm, error)
 	}
 	c.ep.createMu.Lock()
 	defer c.ep.createMu.Unlock()
-	id, err := c.agreeID(ctx, members, tagCreateGroup+tag<<4)
+	id, gen, err := c.agreeID(ctx, members, tagCreateGroup+tag<<4)
 	if err != nil {
 		return nil, err
 	}
-	return newComm(c.ep, id, g.Members()), nil
+	return newComm(c.ep, id, gen, g.Members()), nil
 }
 
 func (c *Comm) subgroup(g Group) error {
@@ -292,19 +308,31 @@ func (m *idMask) lowest() (uint32, bool) {
 	return 0, false
 }
 
-// agreeID agrees on a fresh context id with the members (ranks in c).
-func (c *Comm) agreeID(ctx context.Context, members []int, tag int) (uint32, error) {
+// agreeID agrees on a fresh context id with the members (ranks in c),
+// and on its generation: one more than the latest any member has made,
+// so that a communicator that reuses an id is told apart from every
+// earlier one any of its members had.
+func (c *Comm) agreeID(ctx context.Context, members []int, tag int) (uint32, uint64, error) {
 	c.ep.idMu.Lock()
 	mask := c.ep.ids
 	c.ep.idMu.Unlock()
-	buf := make([]byte, len(mask)*8)
+	buf := make([]byte, len(mask)*8+8)
 	for i, w := range mask {
 		binary.LittleEndian.PutUint64(buf[i*8:], w)
 	}
+	binary.LittleEndian.PutUint64(buf[len(mask)*8:], c.ep.lastGen)
 	all, err := c.allgatherInternal(ctx, members, tag, buf)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	gen := uint64(0)
+	for _, b := range all {
+		if b != nil {
+			gen = max(gen, binary.LittleEndian.Uint64(b[len(mask)*8:]))
+		}
+	}
+	gen++
+	c.ep.lastGen = gen
 	var and idMask
 	for i := range and {
 		and[i] = ^uint64(0)
@@ -319,12 +347,12 @@ func (c *Comm) agreeID(ctx context.Context, members []int, tag int) (uint32, err
 	}
 	id, ok := and.lowest()
 	if !ok {
-		return 0, fmt.Errorf("fabric: all %d context ids are in use", maxContextIDs)
+		return 0, 0, fmt.Errorf("fabric: all %d context ids are in use", maxContextIDs)
 	}
 	c.ep.idMu.Lock()
 	c.ep.ids[id/64] &^= 1 << (id % 64)
 	c.ep.idMu.Unlock()
-	return id, nil
+	return id, gen, nil
 }
 
 // allgatherInternal exchanges one value among the members (ranks in c)

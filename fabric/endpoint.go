@@ -45,6 +45,7 @@ type Endpoint struct {
 	local []int // world ranks sharing memory through shm (empty without shm)
 
 	createMu   sync.Mutex // communicator creation, one at a time
+	lastGen    uint64     // the latest communicator generation made here; under createMu
 	idMu       sync.Mutex
 	ids        idMask
 	closed     atomic.Bool
@@ -94,8 +95,8 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 	if o.verbose {
 		ep.logRoutes(os.Stderr)
 	}
-	ep.world = newComm(ep, 0, allRanks(ep.size))
-	ep.self = newComm(ep, 1, []int{ep.rank})
+	ep.world = newComm(ep, 0, 0, allRanks(ep.size))
+	ep.self = newComm(ep, 1, 0, []int{ep.rank})
 	if err := ep.unlinkWhenMapped(ctx); err != nil {
 		ep.closeProviders()
 		return nil, err

@@ -35,6 +35,15 @@ type engine struct {
 	pending []reqList // per world rank: sends waiting for room, in order
 	npend   int
 
+	// comms are the communicators this process has, by context id, for
+	// notices that name one; gens the latest generation made of each id;
+	// revokedIDs has a bit set for each revoked one; early holds revoke
+	// notices for communicators not made here yet (revokeNotice).
+	comms      map[uint32]*Comm
+	gens       map[uint32]uint64
+	revokedIDs idMask
+	early      map[commKey]int
+
 	scheds []*Schedule // schedules in progress
 	freeS  []*Schedule // finished ones, for reuse
 
@@ -60,6 +69,8 @@ type engine struct {
 
 func newEngine(me, size int) *engine {
 	e := &engine{
+		comms:   map[uint32]*Comm{},
+		gens:    map[uint32]uint64{},
 		me:      me,
 		route:   make([]provider, size),
 		rdv:     map[uint64]*op{},
@@ -89,8 +100,19 @@ func (e *engine) deliver(peer int, h *wire.Header, p *wire.Payload) {
 	if h.Kind == wire.FIN {
 		if r := e.rdv[h.ID]; r != nil {
 			delete(e.rdv, h.ID)
-			e.finish(r, nil)
+			var err error
+			if h.Tag == wire.FINRevoked && r.comm != nil {
+				// The receiver dropped it, its communicator revoked: so is
+				// it here now (an operation raised ErrRevoked).
+				e.revoke(r.comm, -1)
+				err = r.comm.errRevoked()
+			}
+			e.finish(r, err)
 		}
+		return
+	}
+	if e.revokedCtx(h.Ctx) {
+		e.dropRevoked(peer, h)
 		return
 	}
 	for r := e.posted.head; r != nil; r = r.next {
@@ -210,6 +232,10 @@ func (e *engine) startSend(r *op) {
 	dest := r.peer
 	if e.closed {
 		e.finish(r, ErrClosed)
+		return
+	}
+	if e.revokedCtx(r.h.Ctx) {
+		e.finish(r, r.comm.errRevoked())
 		return
 	}
 	if err := e.failed[dest]; err != nil {

@@ -43,6 +43,10 @@ var (
 	// complete because a possible sender has failed; the request is still
 	// active (ULFM's MPI_ERR_PROC_FAILED_PENDING).
 	ErrProcFailedPending = errors.New("fabric: process failed, receive still pending")
+	// ErrRevoked: the communicator was revoked (Comm.Revoke, here or at
+	// another member); only agreement and shrink still work on it
+	// (ULFM's MPI_ERR_REVOKED).
+	ErrRevoked = errors.New("fabric: communicator revoked")
 	// ErrNoRoute: no provider reaches the peer.
 	ErrNoRoute = errors.New("fabric: no provider reaches the peer")
 	// ErrClosed: the endpoint was closed.

@@ -189,7 +189,7 @@ func exec0(t *testing.T) int {
 func TestLauncherNotice(t *testing.T) {
 	e := newEngine(0, 3)
 	ep := &Endpoint{e: e, rank: 0, size: 3}
-	c := newComm(ep, 0, allRanks(3))
+	c := newComm(ep, 0, 0, allRanks(3))
 	e.mu.Lock()
 	o := e.get()
 	c.postRecv(o, make([]byte, 4), 2, 0, 0)

@@ -105,6 +105,9 @@ func (c *Comm) enterNode() error {
 	e := c.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if c.revoked.Load() {
+		return c.errRevoked()
+	}
 	if e.nfailed > 0 {
 		return c.failedMember()
 	}
@@ -126,6 +129,9 @@ func (c *Comm) nodeWait(ctx context.Context, off int, v uint64) error {
 			e.mu.Lock()
 			e.progress()
 			err := c.failedMember()
+			if c.revoked.Load() {
+				err = c.errRevoked()
+			}
 			if e.closed {
 				err = ErrClosed
 			}

@@ -79,6 +79,8 @@ func (e *engine) notice(from int, h *wire.Header) {
 		case e.failed[w] == nil:
 			e.markFailedNow(w, procFailed("world rank %d (world rank %d told this process)", w, from))
 		}
+	case wire.NoticeRevoked:
+		e.revokeNotice(h)
 	}
 }
 

@@ -127,7 +127,7 @@ func (e *engine) finishLocked(ctx context.Context, r *op, st *Status) error {
 func (e *engine) sendNow(c *Comm, buf []byte, dest, tag int) bool {
 	w := c.ranks[dest]
 	p := e.route[w]
-	if e.closed || e.failed[w] != nil || p == nil || !e.pending[w].empty() || len(buf) > p.eagerMax() {
+	if e.closed || e.failed[w] != nil || p == nil || !e.pending[w].empty() || len(buf) > p.eagerMax() || c.revoked.Load() {
 		return false
 	}
 	e.sh = wire.Header{Kind: wire.Eager, Ctx: c.ctxUser(), Src: int32(c.rank), Tag: int32(tag), Size: uint64(len(buf))}
@@ -193,7 +193,7 @@ func (e *engine) recvDirect(ctx context.Context, c *Comm, buf []byte, src, tag i
 	ctxID := c.ctxUser()
 	e.direct = w
 	wt := waiter{e: e, ctx: ctx}
-	for !e.closed && e.posted.head == nil && e.unexp.head == nil && e.failed[w] == nil && c.usable() {
+	for !e.closed && e.posted.head == nil && e.unexp.head == nil && e.failed[w] == nil && c.usable() && !c.revoked.Load() {
 		n, t, taken, moved := d.takeDirect(e, w, ctxID, src, tag, buf)
 		if taken {
 			e.direct = -1
@@ -232,6 +232,10 @@ func (c *Comm) postRecv(r *op, buf []byte, src, tag int, ctxID uint32) {
 	e := c.e
 	r.comm, r.kind, r.buf, r.peer, r.tag = c, reqRecv, buf, src, tag
 	r.h.Ctx = ctxID
+	if e.revokedCtx(ctxID) {
+		e.finish(r, c.errRevoked())
+		return
+	}
 	for u := e.unexp.head; u != nil; u = u.next {
 		if u.h.Matches(ctxID, src, tag) {
 			e.unexp.remove(u)
@@ -309,6 +313,9 @@ func (c *Comm) Iprobe(src, tag int) (Status, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.progress()
+	if c.revoked.Load() {
+		return Status{}, false, c.errRevoked()
+	}
 	if src == AnySource {
 		// Until every known failure is acknowledged (AckFailed).
 		if err := e.anyBlocked(c, ErrProcFailed); err != nil {
@@ -346,6 +353,10 @@ func (c *Comm) Probe(ctx context.Context, src, tag int) (Status, error) {
 	var st Status
 	var perr error
 	err := c.e.waitUntil(ctx, func() bool {
+		if c.revoked.Load() {
+			perr = c.errRevoked()
+			return true
+		}
 		var ok bool
 		if st, ok = c.probe(src, tag); ok {
 			return true

@@ -269,6 +269,10 @@ func (s *Schedule) Start() (Request, error) {
 	o.kind, o.comm, o.sched, o.state = reqSched, s.c, s, stActive
 	s.o = o
 	h := e.handle(o)
+	if s.c.revoked.Load() {
+		e.finish(o, s.c.errRevoked())
+		return h, nil
+	}
 	if e.nfailed > 0 {
 		if err := s.c.failedMember(); err != nil {
 			e.finish(o, err)

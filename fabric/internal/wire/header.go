@@ -19,9 +19,16 @@ const (
 	Notice                   // the fabric's own notice, outside matching: Tag says what, Src of whom
 )
 
+// FINRevoked, as a FIN's Tag, refuses a rendezvous message: its
+// communicator is revoked at the receiver, which dropped it unread.
+const FINRevoked int32 = 1
+
 // Notices (a Notice frame's Tag).
 const (
 	NoticeFailed int32 = 1 + iota // world rank Src is known failed
+	// NoticeRevoked: the communicator with context id Ctx and generation
+	// ID is revoked; Size counts the hops the notice made.
+	NoticeRevoked
 )
 
 // Header is a frame's header. Src is the sender's rank in the

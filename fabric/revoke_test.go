@@ -1,0 +1,270 @@
+//go:build linux
+
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
+	"github.com/rivet-hpc/rivet/internal/testutil"
+)
+
+func init() {
+	progs.Add("revoke", progRevoke)
+	progs.Add("revokestale", progRevokeStale)
+	progs.Add("revokedies", progRevokeDies)
+	progs.BeforeInit("revokedies", func() {
+		if os.Getenv("PMI_RANK") != "0" {
+			return
+		}
+		// Rank 0 revokes and dies once the first neighbour it told knows.
+		testHookNoticeSent = func(int) {
+			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				if names, _ := filepath.Glob(filepath.Join(os.Getenv(knewDirEnv), "*")); len(names) > 0 {
+					syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					select {}
+				}
+			}
+			fmt.Fprintln(os.Stderr, "rank 0: no neighbour learned of the revoke")
+			os.Exit(3)
+		}
+	})
+}
+
+// connectAll has every pair of ranks of w exchange a message, so that
+// every connection exists.
+func connectAll(ctx context.Context, w *Comm) {
+	me, n := w.Rank(), w.Size()
+	for d := 1; d < n; d++ {
+		_, err := w.Sendrecv(ctx, []byte{byte(me)}, (me+d)%n, 3, make([]byte, 1), (me-d+n)%n, 3)
+		must(err, "all pairs")
+	}
+}
+
+// unexpectedOn counts the messages of c nobody has received.
+func unexpectedOn(c *Comm) int {
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for u := e.unexp.head; u != nil; u = u.next {
+		if u.h.Ctx>>2 == c.id {
+			n++
+		}
+	}
+	return n
+}
+
+// progRevoke: rank 0 revokes a communicator while every other rank waits
+// on it — in a receive from anyone, in a rendezvous send to rank 0 that
+// rank 0 never receives — and rank 0 holds eager messages of it that it
+// never received. Every wait ends with ErrRevoked at every rank, the
+// notice having come at most ⌈log2 n⌉ hops; later operations raise it at
+// once; nothing of the communicator is left queued; the world still
+// carries traffic, a lot of it (no credit was lost).
+func progRevoke(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	me, n := w.Rank(), w.Size()
+	connectAll(ctx, w)
+	c, err := w.Dup(ctx)
+	must(err, "dup")
+	if me != 0 {
+		// Unreceived at rank 0: an eager message, and from rank 1 (a
+		// neighbour of rank 0 in the broadcast, which hears of the revoke
+		// before the refusal) a rendezvous one whose sender waits for it
+		// to be read.
+		must(c.Send(ctx, []byte{1}, 0, 5), "eager send")
+		var big Request
+		if me == 1 {
+			big, err = c.Isend(make([]byte, 1<<20), 0, 6)
+			must(err, "isend")
+		}
+		pending, err := c.Irecv(make([]byte, 8), AnySource, 7)
+		must(err, "irecv")
+		must(w.Send(ctx, nil, 0, 98), "ready")
+		if _, err := pending.Wait(ctx); !errors.Is(err, ErrRevoked) {
+			failf("pending receive: %v, want ErrRevoked", err)
+		}
+		if _, err := big.Wait(ctx); me == 1 && !errors.Is(err, ErrRevoked) {
+			failf("rendezvous send nobody received: %v, want ErrRevoked", err)
+		}
+	} else {
+		for r := 1; r < n; r++ {
+			_, err := w.Recv(ctx, nil, r, 98)
+			must(err, "ready")
+		}
+		// Everything of c has arrived once the others are ready.
+		for unexpectedOn(c) < n {
+			_, _, err := w.Iprobe(AnySource, 12345)
+			must(err, "progress")
+		}
+		if c.IsRevoked() {
+			failf("revoked before Revoke")
+		}
+		must(c.Revoke(), "revoke")
+		if !c.IsRevoked() {
+			failf("not revoked right after Revoke")
+		}
+		must(c.Revoke(), "revoke again")
+	}
+	c.e.mu.Lock()
+	hops := c.revokeHops
+	c.e.mu.Unlock()
+	if bound := bits.Len(uint(n - 1)); hops < 0 || hops > bound || (hops == 0) != (me == 0) {
+		failf("the revoke came %d hops (bound %d)", hops, bound)
+	}
+	if !c.IsRevoked() {
+		failf("not revoked")
+	}
+	if u := unexpectedOn(c); u != 0 {
+		failf("%d messages of the revoked communicator still queued", u)
+	}
+	for _, op := range []struct {
+		what string
+		err  error
+	}{
+		{"send", c.Send(ctx, []byte{1}, (me+1)%n, 1)},
+		{"long send", c.Send(ctx, make([]byte, 1<<20), (me+1)%n, 1)},
+		{"receive", func() error { _, err := c.Recv(ctx, nil, (me+1)%n, 1); return err }()},
+		{"receive from anyone", func() error { _, err := c.Recv(ctx, nil, AnySource, 1); return err }()},
+		{"probe", func() error { _, err := c.Probe(ctx, AnySource, 1); return err }()},
+		{"iprobe", func() error { _, _, err := c.Iprobe(AnySource, 1); return err }()},
+		{"dup", func() error { _, err := c.Dup(ctx); return err }()},
+		{"schedule", func() error {
+			s, err := c.NewSchedule()
+			if err != nil {
+				return err
+			}
+			s.Send([]byte{1}, (me+1)%n)
+			s.Recv(make([]byte, 1), (me-1+n)%n)
+			r, err := s.Start()
+			if err != nil {
+				return err
+			}
+			_, err = r.Wait(ctx)
+			return err
+		}()},
+	} {
+		if !errors.Is(op.err, ErrRevoked) {
+			failf("%s on the revoked communicator: %v, want ErrRevoked", op.what, op.err)
+		}
+	}
+	// The world is untouched, and every credit came back.
+	for i := 0; i < 2000; i++ {
+		_, err := w.Sendrecv(ctx, []byte{byte(i)}, (me+1)%n, 4, make([]byte, 1), (me-1+n)%n, 4)
+		must(err, "world traffic after the revoke")
+	}
+	must(c.Free(), "free the revoked communicator")
+	return nil
+}
+
+func TestRevoke(t *testing.T) {
+	for _, way := range []string{"shm", "verbs"} {
+		t.Run(way, func(t *testing.T) {
+			env := []string{"RIVET_PROVIDER=shm"}
+			if way == "verbs" {
+				env = []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]}
+			}
+			for _, n := range []int{2, 4, 8} {
+				runOK(t, n, "revoke", env...)
+			}
+		})
+	}
+}
+
+// progRevokeStale: a revoke notice names a communicator by context id
+// and generation. One for a communicator freed since, whose id a newer
+// one reuses, revokes nothing; one for a communicator not made here yet
+// waits for it.
+func progRevokeStale(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	old, err := w.Dup(ctx)
+	must(err, "dup")
+	stale := wire.Header{Kind: wire.Notice, Tag: wire.NoticeRevoked, Ctx: old.id, ID: old.gen, Size: 1}
+	must(old.Free(), "free")
+	c, err := w.Dup(ctx)
+	must(err, "dup again")
+	if c.id != old.id || c.gen <= old.gen {
+		failf("the new communicator is (%d, %d), the freed one (%d, %d): want its id reused, a later generation", c.id, c.gen, old.id, old.gen)
+	}
+	e := ep.e
+	e.mu.Lock()
+	e.revokeNotice(&stale)
+	early := wire.Header{Kind: wire.Notice, Tag: wire.NoticeRevoked, Ctx: c.id, ID: c.gen + 1, Size: 2}
+	e.revokeNotice(&early)
+	e.mu.Unlock()
+	if c.IsRevoked() {
+		failf("a stale notice revoked a newer communicator with the same id")
+	}
+	must(c.Free(), "free")
+	next, err := w.Dup(ctx)
+	must(err, "dup a third time")
+	if next.gen != c.gen+1 || !next.IsRevoked() {
+		failf("(%d, %d): a notice that came before the communicator was made did not revoke it", next.id, next.gen)
+	}
+	return next.Free()
+}
+
+func TestRevokeStale(t *testing.T) { runOK(t, 1, "revokestale") }
+
+// progRevokeDies: the rank that revokes dies once the first neighbour it
+// told has the notice; every survivor's receive on the communicator still
+// ends with ErrRevoked.
+func progRevokeDies(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	me, n := w.Rank(), w.Size()
+	connectAll(ctx, w)
+	c, err := w.Dup(ctx)
+	must(err, "dup")
+	if me == 0 {
+		for r := 1; r < n; r++ {
+			_, err := w.Recv(ctx, nil, r, 98)
+			must(err, "ready")
+		}
+		c.Revoke()
+		failf("alive after revoking")
+	}
+	pending, err := c.Irecv(make([]byte, 1), 0, 7)
+	must(err, "irecv")
+	must(w.Send(ctx, nil, 0, 98), "ready")
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := pending.Wait(ctx); !errors.Is(err, ErrRevoked) {
+		failf("receive on the revoked communicator: %v, want ErrRevoked", err)
+	}
+	must(os.WriteFile(filepath.Join(os.Getenv(knewDirEnv), fmt.Sprint(me)), nil, 0o644), "leave a mark")
+	return nil
+}
+
+// TestRevokeInitiatorDies: with every failure source off, the revoking
+// rank dies mid-broadcast; the revoke still reaches every survivor.
+func TestRevokeInitiatorDies(t *testing.T) {
+	for _, way := range []string{"shm", "verbs"} {
+		t.Run(way, func(t *testing.T) {
+			env := []string{"RIVET_PROVIDER=shm"}
+			if way == "verbs" {
+				env = []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]}
+			}
+			const n = 8
+			env = append(env, "RIVET_FT_SOURCES=none", knewDirEnv+"="+t.TempDir())
+			out, errs, st := runJob(t, n, "revokedies", true, env...)
+			if !strings.Contains(errs, "rank 0 was killed by signal 9") {
+				t.Fatalf("rank 0 did not die mid-broadcast (status %d)\n%s\n%s", st, out, errs)
+			}
+			for r := 1; r < n; r++ {
+				if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+					t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
+				}
+			}
+		})
+	}
+}
