@@ -91,7 +91,6 @@ func (c *Comm) contextID() uint32 { return c.id }
 func (c *Comm) ctxUser() uint32 { return c.id * 4 }
 func (c *Comm) ctxMgmt() uint32 { return c.id*4 + 1 }
 func (c *Comm) ctxColl() uint32 { return c.id*4 + 2 }
-func (c *Comm) ctxFT() uint32   { return c.id*4 + ctxFT }
 
 // ctxFT is the fault-tolerance context's offset: agreement and shrink
 // talk on it, and a revoke does not stop it.

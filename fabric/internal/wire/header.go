@@ -19,7 +19,7 @@ const (
 	Notice                   // the fabric's own notice, outside matching: Tag says what, Src of whom
 )
 
-// FINRevoked, as a FIN's Tag, refuses a rendezvous message: its
+// FINRevoked is a FIN's Tag when it refuses a rendezvous message: its
 // communicator is revoked at the receiver, which dropped it unread.
 const FINRevoked int32 = 1
 
