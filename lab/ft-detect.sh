@@ -6,7 +6,8 @@
 #   bash lab/ft-detect.sh shm    # on this host, shared memory
 #   bash lab/ft-detect.sh rxe    # over verbs on soft-RoCE, in the VM
 #
-# ROUNDS (default 20) jobs per cell.
+# ROUNDS (default 20) jobs per cell; ROWS (e.g. "kill heartbeat") runs one
+# row only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 where=${1:-shm}
@@ -18,7 +19,7 @@ if [ "${2:-}" != "--in-vm" ]; then
 	CGO_ENABLED=0 go build -o "$out/rivet" ./cmd/rivet
 	if [ "$where" = rxe ]; then
 		CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
-		exec "$out/rxevm" -q -topology rxe -timeout 80m env BIN="$out" ROUNDS="$rounds" bash "$0" rxe --in-vm
+		exec "$out/rxevm" -q -topology rxe -timeout 80m env BIN="$out" ROUNDS="$rounds" ROWS="${ROWS:-}" bash "$0" rxe --in-vm
 	fi
 	BIN=$out
 fi
@@ -29,6 +30,7 @@ if [ "$where" = rxe ]; then
 	rows=("kill all" "kill launcher" "kill heartbeat" "kill completion" "stop all")
 	env=(env RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=rxe0)
 fi
+[ -n "${ROWS:-}" ] && rows=("$ROWS")
 echo "# rivet bench ft_detect, $where, median of $rounds jobs (ms); $(nproc) CPUs, kernel $(uname -r)"
 echo "| fault, sources | 2 | 4 | 8 |"
 echo "|---|---|---|---|"
