@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,26 +29,60 @@ const (
 
 func init() {
 	progs.Add("midbroadcast", progMidBroadcast)
-	progs.BeforeInit("midbroadcast", func() {
-		if os.Getenv("PMI_RANK") != fmt.Sprint(initiator) {
+	progs.BeforeInit("midbroadcast", func() { dieMidBroadcast(initiator, accused) })
+}
+
+// dieMidBroadcast makes world rank r, if this process is it, die in its
+// first broadcast once the first neighbour it told (other than skip)
+// has left a mark in knewDirEnv's directory: it told that one, and no
+// other.
+func dieMidBroadcast(r, skip int) {
+	if os.Getenv("PMI_RANK") != fmt.Sprint(r) {
+		return
+	}
+	testHookNoticeSent = func(t int) {
+		if t == skip {
 			return
 		}
-		testHookNoticeSent = func(t int) {
-			if t == accused {
-				return
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if names, _ := filepath.Glob(filepath.Join(os.Getenv(knewDirEnv), "*")); len(names) > 0 {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
 			}
-			// The notice is on its way to t: once t has it, die without
-			// telling anyone else.
-			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-				if names, _ := filepath.Glob(filepath.Join(os.Getenv(knewDirEnv), "*")); len(names) > 0 {
-					syscall.Kill(os.Getpid(), syscall.SIGKILL)
-					select {}
+		}
+		fmt.Fprintf(os.Stderr, "rank %d: neighbour %d never learned of it\n", r, t)
+		os.Exit(3)
+	}
+}
+
+// leaveMark tells a dying initiator (dieMidBroadcast) this rank knows.
+func leaveMark(me int) {
+	must(os.WriteFile(filepath.Join(os.Getenv(knewDirEnv), fmt.Sprint(me)), nil, 0o644), "leave a mark")
+}
+
+// testInitiatorDies runs prog on 8 ranks with every failure source off,
+// over shared memory and verbs, and checks that world rank dead died and
+// every rank but those in spared finished.
+func testInitiatorDies(t *testing.T, prog string, dead int, spared ...int) {
+	for _, way := range []string{"shm", "verbs"} {
+		t.Run(way, func(t *testing.T) {
+			env := []string{"RIVET_PROVIDER=shm"}
+			if way == "verbs" {
+				env = []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]}
+			}
+			const n = 8
+			env = append(env, "RIVET_FT_SOURCES=none", knewDirEnv+"="+t.TempDir())
+			out, errs, st := runJob(t, n, prog, true, env...)
+			if !strings.Contains(errs, fmt.Sprintf("rank %d was killed by signal 9", dead)) {
+				t.Fatalf("rank %d did not die mid-broadcast (status %d)\n%s\n%s", dead, st, out, errs)
+			}
+			for r := 0; r < n; r++ {
+				if r != dead && !slices.Contains(spared, r) && !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+					t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
 				}
 			}
-			fmt.Fprintf(os.Stderr, "rank %d: neighbour %d never learned of the verdict\n", initiator, t)
-			os.Exit(3)
-		}
-	})
+		})
+	}
 }
 
 // progMidBroadcast: with every failure source off, so that notices are
@@ -59,10 +94,7 @@ func progMidBroadcast(ctx context.Context, ep *Endpoint) error {
 	me, n := w.Rank(), w.Size()
 	// Every pair connected: a notice to an unconnected peer would wait
 	// for a handshake the dying initiator never finishes.
-	for d := 1; d < n; d++ {
-		_, err := w.Sendrecv(ctx, []byte{byte(me)}, (me+d)%n, 3, make([]byte, 1), (me-d+n)%n, 3)
-		must(err, "all pairs")
-	}
+	connectAll(ctx, w)
 	switch me {
 	case initiator:
 		for r := 0; r < n; r++ {
@@ -87,7 +119,7 @@ func progMidBroadcast(ctx context.Context, ep *Endpoint) error {
 	if _, err := w.Recv(ctx, make([]byte, 1), accused, 9); !errors.Is(err, ErrProcFailed) {
 		failf("receive from the accused: %v, want ErrProcFailed", err)
 	}
-	must(os.WriteFile(filepath.Join(os.Getenv(knewDirEnv), fmt.Sprint(me)), nil, 0o644), "leave a mark")
+	leaveMark(me)
 	if f := ep.Failed(); len(f) != 1 || f[0] != accused {
 		failf("known failed %v, want [%d] (nothing tells of the initiator's death)", f, accused)
 	}
@@ -96,24 +128,4 @@ func progMidBroadcast(ctx context.Context, ep *Endpoint) error {
 
 // TestInitiatorDies: a broadcast whose initiator dies mid-way still
 // reaches every survivor, over shared memory and over verbs.
-func TestInitiatorDies(t *testing.T) {
-	for _, way := range []string{"shm", "verbs"} {
-		t.Run(way, func(t *testing.T) {
-			env := []string{"RIVET_PROVIDER=shm"}
-			if way == "verbs" {
-				env = []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]}
-			}
-			const n = 8
-			env = append(env, "RIVET_FT_SOURCES=none", knewDirEnv+"="+t.TempDir())
-			out, errs, st := runJob(t, n, "midbroadcast", true, env...)
-			if !strings.Contains(errs, fmt.Sprintf("rank %d was killed by signal 9", initiator)) {
-				t.Fatalf("the initiator did not die mid-broadcast (status %d)\n%s\n%s", st, out, errs)
-			}
-			for r := 0; r < n; r++ {
-				if r != initiator && r != accused && !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
-					t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
-				}
-			}
-		})
-	}
-}
+func TestInitiatorDies(t *testing.T) { testInitiatorDies(t, "midbroadcast", initiator, accused) }

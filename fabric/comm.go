@@ -46,7 +46,7 @@ type Comm struct {
 	acked     int                      // failures of members acknowledged (AckFailed); under e.mu
 
 	revoked    atomic.Bool // set under e.mu (revoke)
-	revokeHops int         // how far the revoke notice came: 0 revoked here, -1 learned from an operation; under e.mu
+	revokeHops int         // the fewest hops a revoke notice came in: 0 revoked here, -1 none (learned from an operation); under e.mu
 }
 
 // Endpoint returns the endpoint c belongs to.

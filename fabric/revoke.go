@@ -159,7 +159,9 @@ func (e *engine) revokeNotice(h *wire.Header) {
 	k := commKey{h.Ctx, h.ID}
 	hops := int(h.Size)
 	if c := e.comms[k.id]; c != nil && c.gen == k.gen {
-		e.revoke(c, hops)
+		if !e.revoke(c, hops) && c.revokeHops != 0 && (c.revokeHops < 0 || hops < c.revokeHops) {
+			c.revokeHops = hops // a shorter way in the graph, come later
+		}
 		return
 	} else if c != nil && c.gen > k.gen {
 		return

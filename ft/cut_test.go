@@ -61,12 +61,7 @@ func progCut(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	awaitFailed(ctx, w, v)
 	fmt.Printf("knew at %d\n", time.Now().UnixNano())
-	if g := w.GetFailed(); g.Size() != 1 {
-		failf("GetFailed has %d members, want 1", g.Size())
-	} else if r, _ := g.WorldRank(0); r != v {
-		failf("GetFailed names world rank %d, want %d", r, v)
-	}
-	survivorsTalk(ctx, ep, map[int]bool{v: true})
+	onlyVictim(ctx, ep, v)
 	return nil
 }
 

@@ -90,13 +90,19 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	dieWhenReady(ctx, w, v, all)
 	took := awaitFailed(ctx, w, v)
 	fmt.Printf("knew after %v\n", took.Round(time.Millisecond))
-	if g := w.GetFailed(); g.Size() != 1 {
+	onlyVictim(ctx, ep, v)
+	return nil
+}
+
+// onlyVictim checks that world rank v is the only one GetFailed names,
+// and that the survivors still talk.
+func onlyVictim(ctx context.Context, ep *fabric.Endpoint, v int) {
+	if g := ep.World().GetFailed(); g.Size() != 1 {
 		failf("GetFailed has %d members, want 1", g.Size())
 	} else if r, _ := g.WorldRank(0); r != v {
 		failf("GetFailed names world rank %d, want %d", r, v)
 	}
 	survivorsTalk(ctx, ep, map[int]bool{v: true})
-	return nil
 }
 
 // TestKilled is the kill matrix: 4 and 8 ranks, each failure source alone
