@@ -31,7 +31,8 @@ the job it was started in; started on its own it launches N ranks on this
 node first (shared memory). With no test name (or "all") it runs the
 point-to-point tests.
 
-Tests: %s, ft_detect (see rivet bench ft_detect -h)
+Tests: %s, ft_detect (see rivet bench ft_detect -h),
+ft_recover (revoke, beside barrier, allreduce 4 B and comm dup; -i ITER -x WARMUP)
 
 OSU options: -m [MIN:]MAX  -i ITER  -x WARMUP  -W WINDOW (bandwidth)
              -f (collectives: min, max, iterations)  -t CALLS (osu_i*)  -v
@@ -62,7 +63,20 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if name == "ft_detect" {
 		return ftDetectCmd(ctx, *np, rest, stdout, stderr)
 	}
-	if one, ok := osu.LookupOneSided(name); ok {
+	if name == "ft_recover" {
+		rs := flag.NewFlagSet("rivet bench ft_recover", flag.ContinueOnError)
+		var o ftbench.RecoverOptions
+		rs.IntVar(&o.Iters, "i", 1000, "timed iterations of each operation")
+		rs.IntVar(&o.Warmup, "x", 100, "untimed iterations first")
+		if err := parseFlags(rs, rest, stderr); err != nil {
+			return err
+		}
+		if o.Iters < 1 || o.Warmup < 0 || rs.NArg() > 0 {
+			fmt.Fprintf(stderr, "rivet bench ft_recover: -i %d (1 or more), -x %d (0 or more), arguments %q\n", o.Iters, o.Warmup, rs.Args())
+			return errUsage
+		}
+		runs = append(runs, func(ctx context.Context, w *fabric.Comm) error { return ftbench.Recover(ctx, w, o, stdout) })
+	} else if one, ok := osu.LookupOneSided(name); ok {
 		o, err := one.ParseArgs(rest, stderr)
 		if err := benchArgErr(err, stdout, stderr, one.Title); err != nil {
 			return ignoreVersion(err)

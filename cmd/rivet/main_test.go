@@ -356,6 +356,29 @@ func TestHostBenchFTDetect(t *testing.T) {
 	}
 }
 
+// TestHostBenchFTRecover: rivet bench ft_recover prints a row per
+// operation — revoke beside barrier, allreduce and dup — OSU's way.
+func TestHostBenchFTRecover(t *testing.T) {
+	out, errs, st := rivet("bench", "-np", "3", "ft_recover", "-i", "20", "-x", "2")
+	if st != 0 {
+		t.Fatalf("status %d\n%s\n%s", st, out, errs)
+	}
+	if !strings.Contains(out, "# Rivet Fault-Tolerance Recovery Test: 3 ranks\n") {
+		t.Errorf("output:\n%s", out)
+	}
+	for _, row := range []string{"barrier", `allreduce \(4 B\)`, "comm dup", "revoke"} {
+		if !regexp.MustCompile(`\n` + row + ` +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +20\n`).MatchString(out) {
+			t.Errorf("no %s row in\n%s", row, out)
+		}
+	}
+	for _, bad := range [][]string{{"-i", "0"}, {"-x", "-1"}, {"extra"}} {
+		args := append([]string{"bench", "ft_recover"}, bad...)
+		if _, _, st := rivet(args...); st != 2 {
+			t.Errorf("rivet %v: status %d, want 2", args, st)
+		}
+	}
+}
+
 // TestBenchmarkEnv: the benchmark commands re-execute themselves with
 // asynchronous preemption off, unless GODEBUG already sets it either way;
 // other commands do not re-execute.
