@@ -45,6 +45,7 @@ type Comm struct {
 	spare     atomic.Pointer[Schedule] // the last finished schedule, for the next
 	acked     int                      // failures of members acknowledged (AckFailed); under e.mu
 
+	errRange   ErrorRange  // SetErrorRange; under e.mu
 	revoked    atomic.Bool // set under e.mu (revoke)
 	revokeHops int         // the fewest hops a revoke notice came in: 0 revoked here, -1 none (learned from an operation); under e.mu
 }

@@ -602,6 +602,9 @@ func (e *engine) markFailedNow(peer int, cause error) {
 		if errors.Is(cause, ErrProcFailed) {
 			e.fence(peer)
 			e.spread(peer)
+			for _, c := range e.comms {
+				e.rangeRevoke(c, peer)
+			}
 		}
 		for _, p := range e.provs {
 			if f, ok := p.(failureListener); ok {
