@@ -107,6 +107,14 @@ func progErrRange(ctx context.Context, ep *Endpoint) error {
 			failf("%s range, %s: the message under way ended with %v, want ErrRevoked", rng, name, err)
 		}
 	}
+	// Freeing a communicator with a dead member, revoked or not, is
+	// local: it never waits for anyone, and the handle is spent.
+	for _, cm := range []*Comm{c, s} {
+		must(cm.Free(), "free")
+		if err := cm.Send(ctx, nil, 0, 1); !errors.Is(err, ErrComm) {
+			failf("send on a freed communicator: %v, want ErrComm", err)
+		}
+	}
 	return nil
 }
 
