@@ -18,6 +18,10 @@ func init() {
 	progs.Add("revokestale", progRevokeStale)
 	progs.Add("revokedies", progRevokeDies)
 	progs.BeforeInit("revokedies", func() { dieMidBroadcast(0, -1) })
+	// Two victims: rank 0, and rank 1, the first it tells, once the
+	// first rank 1 tells (rank 2) knows.
+	progs.Add("revokedies2", progRevokeDies)
+	progs.BeforeInit("revokedies2", func() { dieMidBroadcast(0, -1); dieMidBroadcast(1, -1) })
 }
 
 // connectAll has every pair of ranks of w exchange a message, so that
@@ -232,5 +236,9 @@ func progRevokeDies(ctx context.Context, ep *Endpoint) error {
 }
 
 // TestRevokeInitiatorDies: with every failure source off, the revoking
-// rank dies mid-broadcast; the revoke still reaches every survivor.
-func TestRevokeInitiatorDies(t *testing.T) { testInitiatorDies(t, "revokedies", 0) }
+// rank dies mid-broadcast — alone, and with the first rank it told, which
+// dies having told one other; the revoke still reaches every survivor.
+func TestRevokeInitiatorDies(t *testing.T) {
+	t.Run("one", func(t *testing.T) { testInitiatorDies(t, "revokedies", []int{0}) })
+	t.Run("two", func(t *testing.T) { testInitiatorDies(t, "revokedies2", []int{0, 1}) })
+}
