@@ -126,16 +126,25 @@ static void exec_mark(unsigned int vcpu, void *udata)
 	pthread_mutex_lock(&lock);
 	fprintf(out, "mark %d vcpu %u\n", marks++, vcpu);
 	for (struct block *b = blocks; b; b = b->all) {
+		// The other vCPUs run on meanwhile: take the lookups before the
+		// executions, so that a lookup counted is never one whose
+		// execution is not (a block's execution comes before its
+		// lookup), and reset in the same order.
+		uint64_t lookups[MAX_VCPUS], count[MAX_VCPUS];
 		bool any = false;
 		for (int i = 0; i < MAX_VCPUS; i++)
-			any |= b->count[i] != 0;
+			lookups[i] = __atomic_load_n(&b->lookups[i], __ATOMIC_ACQUIRE);
+		for (int i = 0; i < MAX_VCPUS; i++) {
+			count[i] = __atomic_load_n(&b->count[i], __ATOMIC_ACQUIRE);
+			any |= count[i] != 0;
+		}
 		if (!any)
 			continue;
 		fprintf(out, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %c", b->pc, b->n, b->atomics, b->exit);
 		for (int i = 0; i < MAX_VCPUS; i++)
-			fprintf(out, " %" PRIu64, b->count[i]);
+			fprintf(out, " %" PRIu64, count[i]);
 		for (int i = 0; i < MAX_VCPUS; i++)
-			fprintf(out, " %" PRIu64, b->lookups[i]);
+			fprintf(out, " %" PRIu64, lookups[i]);
 		fputc('\n', out);
 		memset(b->count, 0, sizeof b->count);
 		memset(b->lookups, 0, sizeof b->lookups);
