@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -43,6 +44,11 @@ type engine struct {
 	gens       map[uint32]uint64
 	revokedIDs idMask
 	early      map[commKey]int
+	// ftOut says a communicator has fault-tolerance messages to send
+	// (SendFT); earlyFT keeps those that came for communicators not made
+	// here yet.
+	ftOut   atomic.Bool
+	earlyFT map[commKey][]ftMsg
 
 	scheds []*Schedule // schedules in progress
 	freeS  []*Schedule // finished ones, for reuse
@@ -113,6 +119,10 @@ func (e *engine) deliver(peer int, h *wire.Header, p *wire.Payload) {
 	}
 	if e.revokedCtx(h.Ctx) {
 		e.dropRevoked(peer, h)
+		return
+	}
+	if h.Ctx&3 == ctxFT && h.Kind == wire.Eager {
+		e.ftDeliver(h, p)
 		return
 	}
 	for r := e.posted.head; r != nil; r = r.next {
@@ -307,6 +317,9 @@ func (e *engine) progress() int {
 	}
 	if len(e.scheds) > 0 {
 		n += e.advanceAll()
+	}
+	if e.ftOut.Load() {
+		n += e.ftFlush()
 	}
 	if e.npend > 0 {
 		for dest := range e.pending {
@@ -605,6 +618,7 @@ func (e *engine) markFailedNow(peer int, cause error) {
 			for _, c := range e.comms {
 				e.rangeRevoke(c, peer)
 			}
+			e.ftFailed(peer)
 		}
 		for _, p := range e.provs {
 			if f, ok := p.(failureListener); ok {

@@ -182,6 +182,7 @@ func (e *engine) register(c *Comm) {
 	e.comms[c.id] = c
 	e.gens[c.id] = max(e.gens[c.id], c.gen)
 	e.revokedIDs[c.id/64] &^= 1 << (c.id % 64)
+	e.ftRegister(c)
 	for k, hops := range e.early {
 		if k.id == c.id && k.gen <= c.gen {
 			delete(e.early, k)

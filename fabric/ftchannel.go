@@ -1,0 +1,196 @@
+//go:build linux
+
+package fabric
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/rivet-hpc/rivet/fabric/internal/wire"
+)
+
+// The fault-tolerance channel of a communicator carries the messages of
+// package ft's protocols (agreement, shrink). It is outside message
+// matching, a revoke does not stop it, and what arrives is handed to the
+// communicator's FTHandler as soon as any call makes progress — so a
+// process that has left a protocol still answers for it, as an
+// early-returning agreement needs.
+
+// FTMax is the largest payload SendFT carries.
+const FTMax = 1<<10 - 8
+
+// An FTHandler takes a communicator's fault-tolerance traffic and its
+// members' failures. Its methods are called during progress, with the
+// engine locked, in the order things happened: they must not block, and
+// may call no method of the fabric but SendFT. A message may come before
+// the handler is set: it is kept until SetFTHandler, which then hands
+// over, in order, every known failure of a member and every message kept.
+type FTHandler interface {
+	// FTMessage takes what comm rank src sent with SendFT. The payload is
+	// valid during the call only.
+	FTMessage(src, tag int, payload []byte)
+	// FTFailed says comm rank r is known failed (ErrProcFailed).
+	FTFailed(r int)
+}
+
+// ftState is a communicator's side of the channel.
+type ftState struct {
+	h     FTHandler // under e.mu
+	early []ftMsg   // kept until h is set; under e.mu
+
+	outMu sync.Mutex // order: e.mu, then the handler's locks, then outMu
+	out   []ftMsg    // sent, to be handed to providers at the next progress
+}
+
+type ftMsg struct {
+	peer, tag int // comm rank: the sender (early) or the destination (out)
+	payload   []byte
+}
+
+// SetFTHandler sets the handler of c's fault-tolerance channel (package
+// ft sets it; see FTHandler).
+func (c *Comm) SetFTHandler(h FTHandler) error {
+	if c == nil || c.freed.Load() {
+		return c.invalid()
+	}
+	if h == nil {
+		return fmt.Errorf("%w: nil FTHandler", ErrInvalid)
+	}
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c.ft.h != nil {
+		return fmt.Errorf("%w: the communicator has an FTHandler already", ErrInvalid)
+	}
+	c.ft.h = h
+	for _, w := range e.order {
+		if r := c.fromWorld(w); r >= 0 {
+			h.FTFailed(r)
+		}
+	}
+	for _, m := range c.ft.early {
+		h.FTMessage(m.peer, m.tag, m.payload)
+	}
+	c.ft.early = nil
+	return nil
+}
+
+// SendFT sends payload (at most FTMax bytes) on c's fault-tolerance
+// channel to comm rank dest, with tag, for its FTHandler. It never
+// blocks: the message leaves at the next progress (WaitFT, or any other
+// call's). A message to a process that fails is lost; one to a process
+// known failed is an error matching ErrProcFailed. It may be called from
+// an FTHandler.
+func (c *Comm) SendFT(dest, tag int, payload []byte) error {
+	if c == nil || c.freed.Load() {
+		return c.invalid()
+	}
+	if dest < 0 || dest >= c.Size() {
+		return fmt.Errorf("%w: %d of %d", ErrRank, dest, c.Size())
+	}
+	if tag < 0 || tag > MaxTag {
+		return fmt.Errorf("%w: %d", ErrTag, tag)
+	}
+	if len(payload) > FTMax {
+		return fmt.Errorf("%w: a %d-byte fault-tolerance message (at most %d)", ErrInvalid, len(payload), FTMax)
+	}
+	m := ftMsg{peer: dest, tag: tag, payload: make([]byte, 8+len(payload))}
+	binary.LittleEndian.PutUint64(m.payload, c.gen)
+	copy(m.payload[8:], payload)
+	c.ft.outMu.Lock()
+	c.ft.out = append(c.ft.out, m)
+	c.ft.outMu.Unlock()
+	c.e.ftOut.Store(true)
+	return nil
+}
+
+// WaitFT makes progress until done reports true, ctx ends, or the
+// endpoint closes. done is called with the engine locked, as FTHandler's
+// methods are, and under the same rules.
+func (c *Comm) WaitFT(ctx context.Context, done func() bool) error {
+	if c == nil || c.freed.Load() {
+		return c.invalid()
+	}
+	return c.e.waitUntil(ctx, done)
+}
+
+// ftFlush hands every communicator's sent fault-tolerance messages to the
+// providers; with e.mu held, in progress.
+func (e *engine) ftFlush() int {
+	if !e.ftOut.Swap(false) {
+		return 0
+	}
+	n := 0
+	for _, c := range e.comms {
+		c.ft.outMu.Lock()
+		out := c.ft.out
+		c.ft.out = nil
+		c.ft.outMu.Unlock()
+		for _, m := range out {
+			w := c.ranks[m.peer]
+			if e.failed[w] != nil || e.route[w] == nil {
+				continue
+			}
+			r := e.get()
+			c.initSend(r, m.payload, m.peer, m.tag, c.id*4+ctxFT)
+			r.orphan = true // released when sent
+			e.startSend(r)
+			n++
+		}
+	}
+	return n
+}
+
+// ftDeliver takes a message of a fault-tolerance context: for the
+// communicator's handler, or kept until there is one (or until this
+// process has made the communicator). With e.mu held.
+func (e *engine) ftDeliver(h *wire.Header, p *wire.Payload) {
+	b := p.AppendTo(nil)
+	if len(b) < 8 {
+		return
+	}
+	gen, id := binary.LittleEndian.Uint64(b), h.Ctx>>2
+	m := ftMsg{peer: int(h.Src), tag: int(h.Tag), payload: b[8:]}
+	c := e.comms[id]
+	switch {
+	case c != nil && c.gen == gen && c.ft.h != nil:
+		c.ft.h.FTMessage(m.peer, m.tag, m.payload)
+	case c != nil && c.gen == gen:
+		c.ft.early = append(c.ft.early, m)
+	case c != nil && c.gen > gen:
+		// For a communicator freed since: stale.
+	default:
+		if g, ok := e.gens[id]; !ok || gen > g {
+			k := commKey{id, gen}
+			if e.earlyFT == nil {
+				e.earlyFT = map[commKey][]ftMsg{}
+			}
+			e.earlyFT[k] = append(e.earlyFT[k], m)
+		}
+	}
+}
+
+// ftFailed tells the handlers of the communicators with world rank w of
+// its failure; with e.mu held.
+func (e *engine) ftFailed(w int) {
+	for _, c := range e.comms {
+		if r := c.fromWorld(w); r >= 0 && c.ft.h != nil {
+			c.ft.h.FTFailed(r)
+		}
+	}
+}
+
+// ftRegister takes over the messages kept for c before it was made here;
+// with e.mu held.
+func (e *engine) ftRegister(c *Comm) {
+	for k, ms := range e.earlyFT {
+		if k.id == c.id && k.gen <= c.gen {
+			delete(e.earlyFT, k)
+			if k.gen == c.gen {
+				c.ft.early = append(c.ft.early, ms...)
+			}
+		}
+	}
+}
