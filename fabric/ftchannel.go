@@ -80,9 +80,9 @@ func (c *Comm) SetFTHandler(h FTHandler) error {
 // SendFT sends payload (at most FTMax bytes) on c's fault-tolerance
 // channel to comm rank dest, with tag, for its FTHandler. It never
 // blocks: the message leaves at the next progress (WaitFT, or any other
-// call's). A message to a process that fails is lost; one to a process
-// known failed is an error matching ErrProcFailed. It may be called from
-// an FTHandler.
+// call's). A message to a process that has failed, or fails, is dropped:
+// the handler hears of the failure (FTFailed). It may be called from an
+// FTHandler.
 func (c *Comm) SendFT(dest, tag int, payload []byte) error {
 	if c == nil || c.freed.Load() {
 		return c.invalid()

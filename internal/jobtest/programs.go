@@ -163,12 +163,27 @@ func OpenFDs() map[string]string {
 // open before it was made: a descriptor (but the netpoller's, which the
 // runtime keeps; the launcher's PMI and failure-notice descriptors are
 // among those before, and Close closes them), a mapped shared-memory
-// segment, or mapped window memory. It returns "" for nothing.
+// segment, or mapped window memory. It returns "" for nothing. A
+// descriptor open for a moment — a directory of /proc that sysmon's
+// guard reads while the runtime makes threads — is not a leak: a new
+// descriptor must still be there a little later.
 func Leaks(before map[string]string) string {
-	for fd, target := range OpenFDs() {
-		if _, ok := before[fd]; !ok && target != "anon_inode:[eventpoll]" && target != "anon_inode:[eventfd]" {
-			return fmt.Sprintf("leaked fd %s -> %s", fd, target)
+	var leak string
+	for range 2 {
+		leak = ""
+		for fd, target := range OpenFDs() {
+			if _, ok := before[fd]; !ok && target != "anon_inode:[eventpoll]" && target != "anon_inode:[eventfd]" {
+				leak = fmt.Sprintf("leaked fd %s -> %s", fd, target)
+				break
+			}
 		}
+		if leak == "" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if leak != "" {
+		return leak
 	}
 	maps, _ := os.ReadFile("/proc/self/maps")
 	switch {
