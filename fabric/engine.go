@@ -588,7 +588,7 @@ func (e *engine) waitedOn(in []bool) {
 // operation that depended on it. Frames it sent before dying are still
 // delivered first.
 func (e *engine) markFailed(peer int, cause error) {
-	if e.failed[peer] != nil || peer == e.me {
+	if e.failed[peer] != nil && !upgrade(e.failed[peer], cause) || peer == e.me {
 		return
 	}
 	for i := 0; i < 1024 && e.progress() > 0; i++ {
@@ -599,27 +599,26 @@ func (e *engine) markFailed(peer int, cause error) {
 // markFailedNow is markFailed without first delivering what the peer
 // sent: for callers already inside a poll.
 func (e *engine) markFailedNow(peer int, cause error) {
-	if e.failed[peer] != nil || peer == e.me {
+	if peer == e.me {
+		return
+	}
+	if old := e.failed[peer]; old != nil {
+		if upgrade(old, cause) {
+			// Unreachable so far; now a verdict: failed. Its operations
+			// have ended already (with ErrNoRoute).
+			e.failed[peer] = cause
+			e.declare(peer)
+		}
 		return
 	}
 	e.failed[peer] = cause
 	e.nfailed++
 	if errors.Is(cause, ErrProcFailed) {
-		// Known before any operation reports it (the Fortran "known
-		// failed image" rule): the order is GetFailed's.
-		e.order = append(e.order, peer)
+		e.declare(peer)
 	}
 	// After Close the knowledge is still recorded (a launcher notice may
 	// arrive then), but the providers are released: nothing to tell them.
 	if !e.closed {
-		if errors.Is(cause, ErrProcFailed) {
-			e.fence(peer)
-			e.spread(peer)
-			for _, c := range e.comms {
-				e.rangeRevoke(c, peer)
-			}
-			e.ftFailed(peer)
-		}
 		for _, p := range e.provs {
 			if f, ok := p.(failureListener); ok {
 				f.peerFailed(e, peer, cause)
@@ -669,6 +668,31 @@ func (e *engine) markFailedNow(peer int, cause error) {
 		}
 		i++
 	}
+}
+
+// declare records that world rank peer failed (ErrProcFailed) and acts
+// on it; with e.mu held.
+func (e *engine) declare(peer int) {
+	// Known before any operation reports it (the Fortran "known failed
+	// image" rule): the order is GetFailed's.
+	e.order = append(e.order, peer)
+	if e.closed {
+		return
+	}
+	e.fence(peer)
+	e.spread(peer)
+	for _, c := range e.comms {
+		e.rangeRevoke(c, peer)
+	}
+	e.ftFailed(peer)
+}
+
+// upgrade reports whether a failure with cause overrides what is known
+// of a peer, old: only a process failure a peer merely unreachable
+// (ErrNoRoute, a connection that could not be made), so that every
+// survivor ends up knowing it failed.
+func upgrade(old, cause error) bool {
+	return errors.Is(cause, ErrProcFailed) && errors.Is(old, ErrNoRoute) && !errors.Is(old, ErrProcFailed)
 }
 
 // selfProvider carries a process's messages to itself.

@@ -249,3 +249,59 @@ func TestNoticeAfterClose(t *testing.T) {
 		t.Errorf("Failed() = %v", f)
 	}
 }
+
+func init() { progs.Add("upgrade", progUpgrade) }
+
+// progUpgrade: rank 0 could not reach rank 2 (as after a handshake that
+// timed out): rank 2 is unreachable there — stalled, not failed, not in
+// GetFailed. Then rank 1 declares rank 2 failed; its notice makes rank 2
+// failed at rank 0 too, and rank 2, fenced, ends itself.
+func progUpgrade(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	switch w.Rank() {
+	case 0:
+		e := ep.e
+		e.mu.Lock()
+		e.markFailedNow(2, fmt.Errorf("%w: world rank 2: connecting: i/o timeout (the test says)", ErrNoRoute))
+		e.mu.Unlock()
+		if s, g := ep.State(2), w.GetFailed(); s != Stalled || g.Size() != 0 {
+			failf("unreachable rank 2: %v, GetFailed of %d; want stalled, none", s, g.Size())
+		}
+		must(w.Send(ctx, nil, 1, 1), "tell rank 1")
+		deadline := time.Now().Add(time.Minute)
+		for ep.State(2) != Failed {
+			if time.Now().After(deadline) {
+				failf("rank 2 is %v a minute after rank 1 declared it failed", ep.State(2))
+			}
+			_, _, err := w.Iprobe(0, 12345) // itself: never failed
+			must(err, "progress")
+		}
+		if g := w.GetFailed(); g.Size() != 1 {
+			failf("GetFailed has %d members, want rank 2", g.Size())
+		} else if r, _ := g.WorldRank(0); r != 2 {
+			failf("GetFailed names world rank %d, want 2", r)
+		}
+	case 1:
+		_, err := w.Recv(ctx, nil, 0, 1)
+		must(err, "hear from rank 0")
+		must(ep.MarkFailed(2, errors.New("the test says")), "declare rank 2 failed")
+	case 2:
+		time.Sleep(time.Minute) // until fenced out
+		failf("alive a minute after being declared failed")
+	}
+	return nil
+}
+
+// TestUnreachableThenFailed: a peer this process could not reach becomes
+// failed here once another process declares it failed.
+func TestUnreachableThenFailed(t *testing.T) {
+	out, errs, st := runJob(t, 3, "upgrade", true, "RIVET_FT_SOURCES=none")
+	if st != ExitDeclaredFailed {
+		t.Fatalf("status %d, want %d (rank 2 fenced out)\n%s\n%s", st, ExitDeclaredFailed, out, errs)
+	}
+	for r := 0; r < 2; r++ {
+		if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+			t.Fatalf("rank %d did not finish:\n%s\n%s", r, out, errs)
+		}
+	}
+}

@@ -119,11 +119,11 @@ func (ep *Endpoint) MarkFailed(w int, cause error) error {
 	if e.closed {
 		return ErrClosed
 	}
-	if e.failed[w] != nil {
-		return nil
-	}
 	if !errors.Is(cause, ErrProcFailed) {
 		cause = fmt.Errorf("%w: world rank %d: %w", ErrProcFailed, w, cause)
+	}
+	if e.failed[w] != nil && !upgrade(e.failed[w], cause) {
+		return nil
 	}
 	e.markFailed(w, cause) // fences w and tells the others
 	return nil
@@ -135,7 +135,7 @@ type PeerState int
 // The states of a peer. Known failed and stopped are final.
 const (
 	Alive   PeerState = iota // nothing is known to be wrong
-	Stalled                  // its heartbeat is late, not (yet) failed: a "known stalled image"
+	Stalled                  // its heartbeat is late, or it cannot be reached: not (yet) failed, a "known stalled image"
 	Failed                   // known failed
 	Stopped                  // it closed its endpoint (finalized normally)
 )
@@ -166,6 +166,9 @@ func (ep *Endpoint) State(w int) PeerState {
 	case err == nil:
 	case errors.Is(err, ErrProcFailed):
 		return Failed
+	case errors.Is(err, ErrNoRoute):
+		// Unreachable, not known failed: stalled until a verdict.
+		return Stalled
 	default:
 		return Stopped
 	}

@@ -76,7 +76,7 @@ func (e *engine) notice(from int, h *wire.Header) {
 			// The job declared this process failed: it is fenced out, and
 			// its heartbeat ends it (ExitDeclaredFailed).
 			e.fenceSelf()
-		case e.failed[w] == nil:
+		case e.failed[w] == nil || upgrade(e.failed[w], ErrProcFailed):
 			e.markFailedNow(w, procFailed("world rank %d (world rank %d told this process)", w, from))
 		}
 	case wire.NoticeRevoked:
