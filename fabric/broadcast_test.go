@@ -60,16 +60,23 @@ func leaveMark(me int) {
 	must(os.WriteFile(filepath.Join(os.Getenv(knewDirEnv), fmt.Sprint(me)), nil, 0o644), "leave a mark")
 }
 
+// providerEnv is the environment that puts a job's ranks on way: "shm"
+// (shared memory), or "verbs" (over the VM's first soft-RoCE device;
+// skipped where there is none).
+func providerEnv(t *testing.T, way string) []string {
+	if way == "verbs" {
+		return []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]}
+	}
+	return []string{"RIVET_PROVIDER=shm"}
+}
+
 // testInitiatorDies runs prog on 8 ranks with every failure source off,
 // over shared memory and verbs, and checks that the world ranks in dead
 // died and every rank but those and the ones in spared finished.
 func testInitiatorDies(t *testing.T, prog string, dead []int, spared ...int) {
 	for _, way := range []string{"shm", "verbs"} {
 		t.Run(way, func(t *testing.T) {
-			env := []string{"RIVET_PROVIDER=shm"}
-			if way == "verbs" {
-				env = []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]}
-			}
+			env := providerEnv(t, way)
 			const n = 8
 			env = append(env, "RIVET_FT_SOURCES=none", knewDirEnv+"="+t.TempDir())
 			out, errs, st := runJob(t, n, prog, true, env...)

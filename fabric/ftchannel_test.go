@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 func init() { progs.Add("ftchannel", progFTChannel) }
@@ -105,10 +103,7 @@ func progFTChannel(ctx context.Context, ep *Endpoint) error {
 func TestFTChannel(t *testing.T) {
 	for _, way := range []string{"shm", "verbs"} {
 		t.Run(way, func(t *testing.T) {
-			env := []string{"RIVET_PROVIDER=shm"}
-			if way == "verbs" {
-				env = []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]}
-			}
+			env := providerEnv(t, way)
 			for _, n := range []int{2, 4} {
 				out, errs, st := runJob(t, n, "ftchannel", true, env...)
 				if st != 128+9 {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
-	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 func init() {
@@ -160,10 +159,7 @@ func progRevoke(ctx context.Context, ep *Endpoint) error {
 func TestRevoke(t *testing.T) {
 	for _, way := range []string{"shm", "verbs"} {
 		t.Run(way, func(t *testing.T) {
-			env := []string{"RIVET_PROVIDER=shm"}
-			if way == "verbs" {
-				env = []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]}
-			}
+			env := providerEnv(t, way)
 			for _, n := range []int{2, 4, 8} {
 				runOK(t, n, "revoke", env...)
 			}
