@@ -13,4 +13,9 @@
 // process computing for seconds outside the library is never suspected.
 // A verdict is final: the fabric fences the convicted process out, and
 // its own heartbeat thread ends it if it still runs.
+//
+// Revoking a communicator is fabric's (Comm.Revoke): it is state every
+// operation checks, spread by the broadcast failure notices use.
+// Agreement and shrink, still to come here, will run on the
+// communicator's fault-tolerance channel (fabric.FTHandler).
 package ft
