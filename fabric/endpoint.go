@@ -54,6 +54,7 @@ type Endpoint struct {
 	stopEvents func()          // ends watchVerbs
 	beat       *heartbeat.Beat // this process's heartbeat, nil if none
 	stalled    []bool          // by world rank: a detector sees its heartbeat late (SetStalled)
+	byePids    []int           // the pids Close says goodbye to (see goodbyes)
 }
 
 // Init joins the job this process was started in (see bootstrap.Detect)
@@ -137,6 +138,20 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if ep.opts.node != "" {
 		mine = ep.opts.node
 	}
+	var bye *goodbyes
+	if ep.opts.provider == "verbs" && ep.opts.sources&SourcePidfd != 0 {
+		// Bound before the fence: a peer may close as soon as it is past
+		// the bootstrap (see goodbyes).
+		var err error
+		if bye, err = listenGoodbyes(os.Getpid(), ep.size); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if bye != nil && (ep.e.health == nil || ep.e.health.bye != bye) {
+			bye.close()
+		}
+	}()
 	if err := b.Put(ctx, "node", []byte(mine+"|"+strconv.Itoa(os.Getpid()))); err != nil {
 		return err
 	}
@@ -243,8 +258,15 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 				runtime.GOMAXPROCS(1)
 			}
 		}
+		if ep.opts.provider == "verbs" {
+			for i, r := range ep.node {
+				if r != ep.rank {
+					ep.byePids = append(ep.byePids, pids[i])
+				}
+			}
+		}
 		if ep.opts.sources&SourcePidfd != 0 {
-			ep.e.health = newHealth(ep.node, pids, ep.rank)
+			ep.e.health = newHealth(ep.node, pids, ep.rank, bye)
 		}
 	}
 	return nil
@@ -414,6 +436,9 @@ func (ep *Endpoint) Close() error {
 		close(ep.e.verdicts) // fence runs only before closed
 	}
 	ep.e.mu.Unlock()
+	if ep.byePids != nil {
+		sayGoodbye(ep.rank, ep.byePids)
+	}
 	if ep.stopEvents != nil {
 		ep.stopEvents()
 	}

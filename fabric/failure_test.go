@@ -24,6 +24,7 @@ import (
 func init() {
 	progs.Add("kill", progKill)
 	progs.Add("crash", progCrash)
+	progs.Add("byebye", progByeBye)
 	progs.Add("dieearly", func(context.Context, *Endpoint) error { return nil })
 	progs.BeforeInit("dieearly", func() {
 		testHookBeforeUnlink = func(ep *Endpoint) {
@@ -303,5 +304,40 @@ func TestUnreachableThenFailed(t *testing.T) {
 		if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
 			t.Fatalf("rank %d did not finish:\n%s\n%s", r, out, errs)
 		}
+	}
+}
+
+// progByeBye: world rank 2 closes and exits at once, before any rank
+// talked to it. The others see it stopped, not failed — over verbs too,
+// where no connection carried its goodbye (see goodbyes).
+func progByeBye(ctx context.Context, ep *Endpoint) error {
+	if ep.rank == 2 {
+		return nil
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { ep.Progress(pctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for t0 := time.Now(); ep.State(2) == Alive; time.Sleep(time.Millisecond) {
+		if time.Since(t0) > 30*time.Second {
+			failf("world rank 2 still alive 30 s after it closed")
+		}
+	}
+	if s := ep.State(2); s != Stopped {
+		failf("world rank 2 is %v, want stopped", s)
+	}
+	if f := ep.Failed(); len(f) != 0 {
+		failf("known failed %v after a clean exit", f)
+	}
+	return nil
+}
+
+// TestCleanExit: a process that closes and exits is stopped at every
+// peer of its node, whichever provider reaches it.
+func TestCleanExit(t *testing.T) {
+	for _, way := range []string{"shm", "verbs"} {
+		t.Run(way, func(t *testing.T) {
+			runOK(t, 3, "byebye", append(providerEnv(t, way), "RIVET_FT_SOURCES=pidfd")...)
+		})
 	}
 }

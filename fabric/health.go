@@ -23,11 +23,14 @@ import (
 // purpose; any other exit is a failure.
 type health struct {
 	pfds  []unix.PollFd
-	world []int // world rank per pfd
+	world []int     // world rank per pfd; -1 for bye's socket
+	bye   *goodbyes // nil unless peers here are reached over verbs
 }
 
-func newHealth(local []int, pids []int, me int) *health {
-	h := &health{}
+// newHealth watches the processes local (with these pids) of this node;
+// bye, if not nil, hears which of them close on purpose.
+func newHealth(local []int, pids []int, me int, bye *goodbyes) *health {
+	h := &health{bye: bye}
 	for i, w := range local {
 		if w == me {
 			continue
@@ -41,6 +44,10 @@ func newHealth(local []int, pids []int, me int) *health {
 		unix.CloseOnExec(fd)
 		h.pfds = append(h.pfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
 		h.world = append(h.world, w)
+	}
+	if bye != nil {
+		h.pfds = append(h.pfds, unix.PollFd{Fd: int32(bye.fd), Events: unix.POLLIN})
+		h.world = append(h.world, -1)
 	}
 	return h
 }
@@ -69,16 +76,21 @@ func (h *health) check(e *engine) {
 	if n, err := pollNow(h.pfds); err != nil || n == 0 {
 		return
 	}
+	if h.bye != nil {
+		// Every goodbye sent before an exit this poll saw is queued by
+		// now, whether or not the poll caught the socket readable.
+		h.bye.drain()
+	}
 	// Failures first, then clean exits: a process that closed right after
 	// a collective failed under it must not hide the failure behind its
 	// own, unremarkable, exit.
 	for pass := 0; pass < 2; pass++ {
 		for i := range h.pfds {
-			if h.pfds[i].Revents&unix.POLLIN == 0 || h.pfds[i].Fd < 0 {
+			if h.pfds[i].Revents&unix.POLLIN == 0 || h.pfds[i].Fd < 0 || h.world[i] < 0 {
 				continue
 			}
 			w := h.world[i]
-			closed := e.route[w] != nil && e.route[w].closed(w)
+			closed := e.route[w] != nil && e.route[w].closed(w) || h.bye != nil && h.bye.said[w]
 			if closed != (pass == 1) {
 				continue
 			}
@@ -94,12 +106,15 @@ func (h *health) check(e *engine) {
 }
 
 func (h *health) close() {
-	for _, p := range h.pfds {
-		if p.Fd >= 0 {
+	for i, p := range h.pfds {
+		if p.Fd >= 0 && h.world[i] >= 0 {
 			unix.Close(int(p.Fd))
 		}
 	}
 	h.pfds = nil
+	if h.bye != nil {
+		h.bye.close()
+	}
 }
 
 // watchLauncher reads rivetrun -ft's failure notices ("failed rank=R
