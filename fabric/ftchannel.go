@@ -194,3 +194,13 @@ func (e *engine) ftRegister(c *Comm) {
 		}
 	}
 }
+
+// FTHandler returns the handler SetFTHandler set on c, or nil.
+func (c *Comm) FTHandler() FTHandler {
+	if c == nil {
+		return nil
+	}
+	c.e.mu.Lock()
+	defer c.e.mu.Unlock()
+	return c.ft.h
+}

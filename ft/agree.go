@@ -1,0 +1,243 @@
+//go:build linux
+
+package ft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/rivet-hpc/rivet/fabric"
+)
+
+// Op is how Agree combines the contributed values.
+type Op int
+
+// The operations an agreement can combine with; all are idempotent, as
+// the protocol needs (a contribution may arrive twice by a repaired path).
+const (
+	BAnd Op = iota // bitwise AND: MPI_Comm_agree's
+	BOr            // bitwise OR
+	Min            // the least value
+	Max            // the greatest value
+)
+
+func (o Op) String() string {
+	switch o {
+	case BAnd:
+		return "band"
+	case BOr:
+		return "bor"
+	case Min:
+		return "min"
+	case Max:
+		return "max"
+	}
+	return fmt.Sprintf("Op(%d)", int(o))
+}
+
+// Agree agrees with the other members of c on flag and on the group of
+// failed processes (MPI_COMM_AGREE): it returns the bitwise AND of the
+// flags of every member that contributed — every member not known
+// failed, and maybe some that failed afterwards.
+//
+// If a process failed before it contributed and not every member had
+// acknowledged that failure (Comm.AckFailed) when it called Agree, Agree
+// returns the value with an error matching fabric.ErrProcFailed — at
+// every member alike. Afterwards c.GetFailed names every process that did
+// not contribute. Agree works on a revoked communicator and never returns
+// fabric.ErrRevoked. It is collective: the members call their agreements
+// on c in the same order.
+//
+// A member returns as soon as it holds the decision (the early-returning
+// agreement, ERA); the decision is kept to answer members that have not,
+// as long as any call on this process makes progress — a Detector does,
+// every tick.
+func Agree(ctx context.Context, c *fabric.Comm, flag int) (int, error) {
+	return AgreeOp(ctx, c, flag, BAnd)
+}
+
+// AgreeOp is Agree combining with op.
+func AgreeOp(ctx context.Context, c *fabric.Comm, value int, op Op) (int, error) {
+	r, err := IAgreeOp(c, value, op)
+	if err != nil {
+		return 0, err
+	}
+	return r.Wait(ctx)
+}
+
+// IAgree starts an agreement (MPI_COMM_IAGREE); its request's Wait or
+// Test gives what Agree returns.
+func IAgree(c *fabric.Comm, flag int) (*AgreeRequest, error) {
+	return IAgreeOp(c, flag, BAnd)
+}
+
+// IAgreeOp is IAgree combining with op.
+func IAgreeOp(c *fabric.Comm, value int, op Op) (*AgreeRequest, error) {
+	if op < BAnd || op > Max {
+		return nil, fmt.Errorf("%w: agreement operation %v", fabric.ErrInvalid, op)
+	}
+	h, err := handlerOf(c)
+	if err != nil {
+		return nil, err
+	}
+	acked := ackedRanks(c)
+	a := h.enter([]uint64{uint64(int64(value))}, []combOp{combOp(op)}, acked)
+	return &AgreeRequest{h: h, a: a}, nil
+}
+
+// AgreeRequest is an agreement in progress (IAgree).
+type AgreeRequest struct {
+	h    *handler
+	a    *agreement
+	done bool
+	val  int
+	err  error
+}
+
+// Wait waits until the agreement is decided, or ctx ends, and returns
+// what Agree returns. Once decided, Wait returns the same again.
+func (r *AgreeRequest) Wait(ctx context.Context) (int, error) {
+	if r.done {
+		return r.val, r.err
+	}
+	vals, err := r.h.wait(ctx, r.a)
+	if err != nil {
+		return 0, err
+	}
+	r.done, r.val = true, int(int64(vals[0]))
+	r.err = r.h.outcome(r.a)
+	return r.val, r.err
+}
+
+// Test makes a round of progress and reports whether the agreement is
+// decided, and if so what Agree returns.
+func (r *AgreeRequest) Test() (done bool, flag int, err error) {
+	if !r.done {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // one round, then return
+		if _, err := r.Wait(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			return true, 0, err
+		}
+	}
+	return r.done, r.val, r.err
+}
+
+// ackedRanks is the comm ranks of the failures this process has
+// acknowledged on c.
+func ackedRanks(c *fabric.Comm) []int {
+	n := c.AckFailed(0)
+	g := c.Group()
+	var out []int
+	for i, w := range c.GetFailed().Members() {
+		if i >= n {
+			break
+		}
+		out = append(out, g.RankOf(w))
+	}
+	return out
+}
+
+// handler is a communicator's fault-tolerance channel as package ft
+// uses it: its agreements.
+type handler struct {
+	c  *fabric.Comm
+	mu sync.Mutex // order: the engine's lock, then mu
+	e  *era
+}
+
+var handlerMu sync.Mutex // makes the first handler of a communicator once
+
+// handlerOf returns c's handler, setting it on first use.
+func handlerOf(c *fabric.Comm) (*handler, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil communicator", fabric.ErrComm)
+	}
+	handlerMu.Lock()
+	defer handlerMu.Unlock()
+	switch h := c.FTHandler().(type) {
+	case *handler:
+		return h, nil
+	case nil:
+	default:
+		return nil, fmt.Errorf("%w: the communicator's fault-tolerance channel has another handler (%T)", fabric.ErrInvalid, h)
+	}
+	if c.Rank() < 0 {
+		return nil, fmt.Errorf("%w: this process is not a member", fabric.ErrComm)
+	}
+	h := &handler{c: c}
+	h.e = newEra(c.Size(), c.Rank(), func(dest, tag int, b []byte) error { return c.SendFT(dest, tag, b) })
+	if err := c.SetFTHandler(h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// FTMessage implements fabric.FTHandler.
+func (h *handler) FTMessage(src, tag int, payload []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.e.message(src, tag, payload)
+}
+
+// FTFailed implements fabric.FTHandler.
+func (h *handler) FTFailed(r int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.e.fail(r)
+}
+
+func (h *handler) enter(val []uint64, ops []combOp, acked []int) *agreement {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.e.enter(val, ops, acked)
+}
+
+// wait makes progress until a is decided and returns its value.
+func (h *handler) wait(ctx context.Context, a *agreement) ([]uint64, error) {
+	var err error
+	werr := h.c.WaitFT(ctx, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		err = a.err
+		return a.state == stDecided || err != nil
+	})
+	if werr != nil {
+		return nil, werr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return a.val, nil
+}
+
+// outcome makes what a decided agreement says of failures this
+// process's knowledge: every process its contributors knew failed is
+// marked failed here (so GetFailed names every process that did not
+// contribute), and the error, if it raised one.
+func (h *handler) outcome(a *agreement) error {
+	h.mu.Lock()
+	var dead []int
+	for r, d := range a.dead {
+		if d && !h.e.failed[r] {
+			dead = append(dead, r)
+		}
+	}
+	failed := a.failed
+	h.mu.Unlock()
+	ep, g := h.c.Endpoint(), h.c.Group()
+	for _, r := range dead {
+		if w, err := g.WorldRank(r); err == nil {
+			ep.MarkFailed(w, errAgreedFailed)
+		}
+	}
+	if failed {
+		return fmt.Errorf("%w: ft: agreement: a process failed that not every member had acknowledged (failed: %v)", fabric.ErrProcFailed, h.c.GetFailed().Members())
+	}
+	return nil
+}
+
+// errAgreedFailed is the cause of a failure this process learned from an
+// agreement's decision.
+var errAgreedFailed = errors.New("ft: failed, as an agreement decided")

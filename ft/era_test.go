@@ -1,0 +1,328 @@
+//go:build linux
+
+package ft
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"slices"
+	"testing"
+)
+
+// The agreement protocol in a simulated job: processes that enter at
+// random moments, messages delivered in a random interleaving (in order
+// between any two processes, as the channel keeps them), processes that
+// crash at random moments — before, while and after contributing, as the
+// root or an interior node — and survivors that learn of each failure at
+// a random later moment. Every run checks what the agreement promises.
+
+type simMsg struct {
+	src, dst, tag int
+	payload       []byte
+}
+
+type simProc struct {
+	e       *era
+	crashed bool
+	knows   []bool // learned of rank r's failure
+	round   int    // the agreement it is in (index into vals)
+	a       *agreement
+	entered bool
+	results []simResult
+}
+
+type simResult struct {
+	val    uint64
+	failed bool
+	dead   []bool
+}
+
+type sim struct {
+	rng    *rand.Rand
+	n      int
+	procs  []*simProc
+	queues map[[2]int][]simMsg // by (src, dst), in order
+	vals   [][]uint64          // by round, by rank
+	acked  [][]int             // by rank: acknowledged failures (same every round)
+	early  []bool              // failed before the first agreement
+	msgs   int
+}
+
+func newSim(seed uint64, n, rounds int) *sim {
+	s := &sim{rng: rand.New(rand.NewPCG(seed, 7)), n: n, queues: map[[2]int][]simMsg{}}
+	for k := 0; k < rounds; k++ {
+		v := make([]uint64, n)
+		for i := range v {
+			v[i] = ^uint64(0) &^ (1 << s.rng.IntN(16)) // one bit cleared
+		}
+		s.vals = append(s.vals, v)
+	}
+	s.early = make([]bool, n)
+	s.acked = make([][]int, n)
+	for i := 0; i < n; i++ {
+		p := &simProc{knows: make([]bool, n)}
+		src := i
+		p.e = newEra(n, i, func(dst, tag int, b []byte) error {
+			if p.crashed {
+				return nil
+			}
+			k := [2]int{src, dst}
+			s.queues[k] = append(s.queues[k], simMsg{src, dst, tag, slices.Clone(b)})
+			s.msgs++
+			return nil
+		})
+		s.procs = append(s.procs, p)
+	}
+	return s
+}
+
+// run plays the job until no event is left; it reports a hang if the
+// survivors have not all finished within a bound of steps.
+func (s *sim) run(t *testing.T, crashes map[int]int) {
+	t.Helper()
+	// crashes: rank → the step at which it crashes (0: before anything).
+	for r, at := range crashes {
+		if at == 0 {
+			s.procs[r].crashed = true
+			s.early[r] = true
+		}
+	}
+	for step := 1; ; step++ {
+		if step > 200000 {
+			t.Fatalf("no end after %d steps: %s", step, s.state())
+		}
+		for r, at := range crashes {
+			if at == step {
+				s.procs[r].crashed = true
+			}
+		}
+		var evs []func()
+		for i, p := range s.procs {
+			if p.crashed {
+				continue
+			}
+			if !p.entered && p.round < len(s.vals) {
+				evs = append(evs, func() { s.enter(i) })
+			}
+			for r := 0; r < s.n; r++ {
+				if s.procs[r].crashed && !p.knows[r] {
+					evs = append(evs, func() {
+						p.knows[r] = true
+						p.e.fail(r)
+						s.collect(i)
+					})
+				}
+			}
+		}
+		for k, q := range s.queues {
+			if len(q) > 0 {
+				evs = append(evs, func() { s.deliver(k) })
+			}
+		}
+		if len(evs) == 0 {
+			for i, p := range s.procs {
+				if !p.crashed && p.round < len(s.vals) {
+					t.Fatalf("rank %d stuck in agreement %d, with nothing left to happen: %s", i, p.round, s.state())
+				}
+			}
+			return
+		}
+		evs[s.rng.IntN(len(evs))]()
+	}
+}
+
+func (s *sim) enter(i int) {
+	p := s.procs[i]
+	p.entered = true
+	ops := []combOp{opAnd}
+	p.a = p.e.enter([]uint64{s.vals[p.round][i]}, ops, s.acked[i])
+	s.collect(i)
+}
+
+// collect records a decided agreement and moves the process on.
+func (s *sim) collect(i int) {
+	p := s.procs[i]
+	if p.a == nil || p.a.state != stDecided {
+		return
+	}
+	p.results = append(p.results, simResult{p.a.val[0], p.a.failed, slices.Clone(p.a.dead)})
+	p.a = nil
+	p.entered = false
+	p.round++
+}
+
+func (s *sim) deliver(k [2]int) {
+	q := s.queues[k]
+	m := q[0]
+	s.queues[k] = q[1:]
+	d := s.procs[m.dst]
+	if d.crashed {
+		return
+	}
+	d.e.message(m.src, m.tag, m.payload)
+	s.collect(m.dst)
+}
+
+func (s *sim) state() string {
+	var b []byte
+	for i, p := range s.procs {
+		st := -1
+		if p.a != nil {
+			st = p.a.state
+		}
+		b = fmt.Appendf(b, "\n  %d: crashed %v round %d state %d knows %v parent %d", i, p.crashed, p.round, st, p.knows, p.e.parent(i))
+	}
+	return string(b)
+}
+
+// check verifies every agreement's outcome at the survivors.
+func (s *sim) check(t *testing.T, what string) {
+	t.Helper()
+	var live []int
+	for i, p := range s.procs {
+		if !p.crashed {
+			live = append(live, i)
+		}
+	}
+	for k := range s.vals {
+		ref := s.procs[live[0]].results[k]
+		for _, i := range live {
+			got := s.procs[i].results[k]
+			if got.val != ref.val || got.failed != ref.failed {
+				t.Fatalf("%s, agreement %d: rank %d decided %x (failed %v), rank %d %x (failed %v)", what, k, live[0], ref.val, ref.failed, i, got.val, got.failed)
+			}
+			// The union of failures marks no survivor failed.
+			for _, j := range live {
+				if got.dead[j] {
+					t.Fatalf("%s, agreement %d: rank %d holds survivor %d failed", what, k, i, j)
+				}
+			}
+		}
+		// Every survivor's value is in; the others' may be.
+		want := ^uint64(0)
+		for _, i := range live {
+			want &= s.vals[k][i]
+		}
+		if ref.val&want != ref.val {
+			t.Fatalf("%s, agreement %d: decided %x lacks a survivor's contribution (AND of survivors %x)", what, k, ref.val, want)
+		}
+		extra := ref.val ^ want // bits cleared by processes that failed
+		for b := extra; b != 0; b &= b - 1 {
+			bit := b & -b
+			found := false
+			for i, p := range s.procs {
+				if p.crashed && !s.early[i] && s.vals[k][i]&bit == 0 {
+					found = true
+				}
+			}
+			if want&bit != 0 && !found {
+				t.Fatalf("%s, agreement %d: decided %x clears a bit no contributor cleared", what, k, ref.val)
+			}
+		}
+		if k == 0 {
+			// A process failed before it could contribute, and not every
+			// survivor acknowledged it: the agreement raises.
+			for i := range s.procs {
+				if !s.early[i] {
+					continue
+				}
+				all := true
+				for _, j := range live {
+					all = all && slices.Contains(s.acked[j], i)
+				}
+				if !all && !ref.failed {
+					t.Fatalf("%s: rank %d failed before contributing, not every survivor acknowledged it, and the agreement did not raise", what, i)
+				}
+				if ref.failed && !ref.dead[i] {
+					t.Fatalf("%s: the agreement raised, and its failed set lacks rank %d, which did not contribute", what, i)
+				}
+			}
+		}
+	}
+	// What is kept for late requests is forgotten in time.
+	for _, i := range live {
+		if n := len(s.procs[i].e.recs); n > 2 {
+			t.Fatalf("%s: rank %d still holds %d agreements", what, i, n)
+		}
+	}
+}
+
+// TestEraNoFailure: one value everywhere, no error, in 2(n-1) messages
+// per agreement.
+func TestEraNoFailure(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 7, 8, 16, 33} {
+		for seed := uint64(0); seed < 20; seed++ {
+			s := newSim(seed, n, 3)
+			s.run(t, nil)
+			what := fmt.Sprintf("n=%d seed=%d", n, seed)
+			s.check(t, what)
+			for k := range s.vals {
+				if s.procs[0].results[k].failed {
+					t.Fatalf("%s: raised without a failure", what)
+				}
+			}
+			if want := 3 * 2 * (n - 1); s.msgs != want {
+				t.Fatalf("%s: %d messages, want %d", what, s.msgs, want)
+			}
+		}
+	}
+}
+
+// TestEraAcknowledged: a failure every survivor acknowledged before the
+// agreement does not raise; one that some did not does, everywhere.
+func TestEraAcknowledged(t *testing.T) {
+	for seed := uint64(0); seed < 50; seed++ {
+		for _, all := range []bool{true, false} {
+			s := newSim(seed, 8, 2)
+			for i := range s.acked {
+				if all || i != 5 {
+					s.acked[i] = []int{3}
+				}
+			}
+			for _, p := range s.procs {
+				p.knows[3] = true
+				p.e.fail(3)
+			}
+			s.run(t, map[int]int{3: 0})
+			what := fmt.Sprintf("seed %d, all acknowledged %v", seed, all)
+			s.check(t, what)
+			if got := s.procs[0].results[0].failed; got == all {
+				t.Fatalf("%s: raised %v", what, got)
+			}
+		}
+	}
+}
+
+// TestEraFailures: 1 to 3 processes crash at random steps of two or three
+// agreements (the root, interior nodes and leaves alike), in 4 to 16
+// process jobs, thousands of interleavings.
+func TestEraFailures(t *testing.T) {
+	runs := 3000
+	if s := os.Getenv("ERA_RUNS"); s != "" {
+		runs, _ = strconv.Atoi(s)
+	}
+	if testing.Short() {
+		runs = 300
+	}
+	for run := 0; run < runs; run++ {
+		seed := uint64(run)
+		rng := rand.New(rand.NewPCG(seed, 11))
+		n := []int{4, 5, 8, 9, 16}[rng.IntN(5)]
+		s := newSim(seed, n, 2+rng.IntN(2))
+		crashes := map[int]int{}
+		for f := 1 + rng.IntN(3); f > 0; f-- {
+			r := rng.IntN(n)
+			if r == 0 && rng.IntN(2) == 0 {
+				r = 0 // the root, often
+			}
+			crashes[r] = rng.IntN(20 * n)
+		}
+		if len(crashes) == n {
+			continue
+		}
+		s.run(t, crashes)
+		s.check(t, fmt.Sprintf("run %d: n=%d crashes %v", run, n, crashes))
+	}
+}
