@@ -199,9 +199,13 @@ func (h *handler) wait(ctx context.Context, a *agreement) ([]uint64, error) {
 	var err error
 	werr := h.c.WaitFT(ctx, func() bool {
 		h.mu.Lock()
-		defer h.mu.Unlock()
 		err = a.err
-		return a.state == stDecided || err != nil
+		st, words := a.state, len(a.val)
+		h.mu.Unlock()
+		if testHookWait != nil {
+			testHookWait(a.seq, st, words)
+		}
+		return st == stDecided || err != nil
 	})
 	if werr != nil {
 		return nil, werr
@@ -237,6 +241,11 @@ func (h *handler) outcome(a *agreement) error {
 	}
 	return nil
 }
+
+// testHookWait, if set, sees the state of the agreement a process waits
+// for, each time it looks — after each round of progress, which sends
+// what the last look queued.
+var testHookWait func(seq uint64, state, words int)
 
 // errAgreedFailed is the cause of a failure this process learned from an
 // agreement's decision.

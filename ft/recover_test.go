@@ -1,0 +1,330 @@
+//go:build linux
+
+package ft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/collectives"
+	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/op"
+)
+
+func init() {
+	progs.Add("agree", progAgree)
+	progs.Add("shrink", progShrink)
+}
+
+// The failure matrix of agreement and shrink. FT_VICTIMS names the world
+// ranks that die; FT_POINT when:
+//
+//	before   before they enter the agreement
+//	afterup  once their contribution has gone to their parent
+//	decided  once they hold the decision and have passed it on
+//	group    (shrink) in the agreement on the failed group, contributed
+//	id       (shrink) in the agreement on the context id, contributed
+const (
+	victimsEnv = "FT_VICTIMS"
+	pointEnv   = "FT_POINT"
+)
+
+func victimsOf() []int {
+	var v []int
+	for _, f := range strings.Split(os.Getenv(victimsEnv), ",") {
+		if r, err := strconv.Atoi(f); err == nil {
+			v = append(v, r)
+		}
+	}
+	return v
+}
+
+func die() {
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// dieAt makes this process die in the first agreement that matches
+// (by its sequence number and its value's words) once it has
+// contributed: the second time it is seen waiting for the decision —
+// the hook runs after each round of progress, so its contribution has
+// left — or once it holds the decision. The root contributes to nobody:
+// it dies while it gathers.
+func dieAt(match func(seq uint64, words int) bool, root bool) {
+	seen := 0
+	testHookWait = func(seq uint64, st, words int) {
+		if !match(seq, words) {
+			return
+		}
+		wait := stBroadcasting
+		if root {
+			wait = stGathering
+		}
+		if st == stDecided {
+			die()
+		}
+		if st == wait {
+			if seen++; seen == 2 {
+				die()
+			}
+		}
+	}
+}
+
+func seqIs(n uint64) func(uint64, int) bool {
+	return func(seq uint64, _ int) bool { return seq == n }
+}
+
+// errClass names an error's class for comparison across ranks.
+func errClass(err error) string {
+	switch {
+	case err == nil:
+		return "success"
+	case errors.Is(err, fabric.ErrProcFailed):
+		return "proc-failed"
+	case errors.Is(err, fabric.ErrRevoked):
+		return "revoked"
+	}
+	return "other(" + err.Error() + ")"
+}
+
+// settle acknowledges every known failure and agrees until an agreement
+// succeeds: then every member knows and acknowledged the same failures.
+func settle(ctx context.Context, c *fabric.Comm) {
+	for i := 0; ; i++ {
+		c.AckFailed(c.Size())
+		if _, err := Agree(ctx, c, 1); err == nil {
+			return
+		} else if !errors.Is(err, fabric.ErrProcFailed) || i > 20 {
+			failf("settling: agreement %d: %v", i, err)
+		}
+	}
+}
+
+// progAgree: a clean agreement; then one the victims die in; then the
+// survivors settle and shrink, and work on the result. Each survivor
+// prints what its agreement decided and what it shrank to.
+func progAgree(ctx context.Context, ep *fabric.Endpoint) error {
+	w := ep.World()
+	me, n := w.Rank(), w.Size()
+	defer startDetector(ctx, ep)()
+	victims, point := victimsOf(), os.Getenv(pointEnv)
+	all := ^uint64(0) &^ (1<<n - 1)
+	v, err := Agree(ctx, w, int(^uint64(0)&^(1<<me)))
+	must(err, "clean agreement")
+	if uint64(v) != all {
+		failf("clean agreement decided %x, want %x", uint64(v), all)
+	}
+	victim := slices.Contains(victims, me)
+	if victim {
+		switch point {
+		case "before":
+			die()
+		case "afterup":
+			dieAt(seqIs(2), me == 0)
+		}
+	}
+	t0 := time.Now()
+	v, err = Agree(ctx, w, int(^uint64(0)&^(1<<me)))
+	took := time.Since(t0)
+	if victim {
+		if point == "decided" {
+			// Pass the decision on (the messages leave with progress).
+			w.WaitFT(ctx, func() bool { return time.Since(t0) > 20*time.Millisecond })
+			die()
+		}
+		failf("victim %d survived its agreement (point %s): %x %v", me, point, uint64(v), err)
+	}
+	if took > 10*time.Second {
+		failf("the agreement took %v", took)
+	}
+	if err != nil && !errors.Is(err, fabric.ErrProcFailed) {
+		failf("agreement: %v", err)
+	}
+	if err != nil {
+		// Every process that did not contribute is known failed now.
+		for _, r := range victims {
+			bit := uint64(1) << r
+			if uint64(v)&bit != 0 && !slices.Contains(w.GetFailed().Members(), r) {
+				failf("world rank %d did not contribute (%x) and is not in GetFailed %v", r, uint64(v), w.GetFailed().Members())
+			}
+		}
+	}
+	fmt.Printf("agreed %x %s\n", uint64(v), errClass(err))
+	settle(ctx, w)
+	shrunk(ctx, w, n-len(victims))
+	return nil
+}
+
+// shrunk shrinks c, checks the result has want members, prints them, and
+// works on it.
+func shrunk(ctx context.Context, c *fabric.Comm, want int) *fabric.Comm {
+	s, err := Shrink(ctx, c)
+	must(err, "shrink")
+	if s.Size() != want {
+		failf("shrank to %d members %v, want %d", s.Size(), s.Group().Members(), want)
+	}
+	fmt.Printf("shrunk %v\n", s.Group().Members())
+	// A collective on it: its context id is the same everywhere, or this
+	// would never match.
+	x := []int64{0}
+	must(collectives.Allreduce(ctx, s, []int64{1}, x, op.Sum[int64]()), "allreduce on the shrunk communicator")
+	if x[0] != int64(want) {
+		failf("allreduce on the shrunk communicator: %d, want %d", x[0], want)
+	}
+	return s
+}
+
+// progShrink: the victims die during a shrink — in the agreement on the
+// failed group, or in the one on the context id — after one member
+// (the last) failed before it. The survivors' shrink still gives one
+// communicator; the victims are in it when they died after the failed
+// group was agreed, and a second shrink removes them.
+func progShrink(ctx context.Context, ep *fabric.Endpoint) error {
+	w := ep.World()
+	me, n := w.Rank(), w.Size()
+	defer startDetector(ctx, ep)()
+	victims, point := victimsOf(), os.Getenv(pointEnv)
+	// (Another rank's revoke may end this barrier: legitimately.)
+	if err := collectives.Barrier(ctx, w); err != nil && !errors.Is(err, fabric.ErrRevoked) {
+		failf("barrier: %v", err)
+	}
+	if me == n-1 {
+		die()
+	}
+	victim := slices.Contains(victims, me)
+	if victim {
+		// Agreements so far: none. The failed group's first agreement is
+		// 1 (more if it must repeat); the context id's comes after.
+		switch point {
+		case "group":
+			dieAt(seqIs(1), me == 0)
+		case "id":
+			// The context id's agreement: the one whose value is a
+			// context-id mask and a generation.
+			dieAt(func(_ uint64, words int) bool { return words > 1 }, me == 0)
+		}
+	}
+	w.Revoke() // shrink works on a revoked communicator
+	s, err := Shrink(ctx, w)
+	if victim {
+		failf("victim %d survived the shrink (point %s): %v", me, point, err)
+	}
+	must(err, "shrink")
+	got := s.Group().Members()
+	fmt.Printf("first-shrink %v\n", got)
+	want := n - 1
+	if point == "group" {
+		// Died before the group was agreed: maybe in it, maybe not.
+		want = -1
+	} else {
+		// Died after: a member of the result.
+		for _, r := range victims {
+			if !slices.Contains(got, r) {
+				failf("victim %d died after the failed group was agreed, yet is not in %v", r, got)
+			}
+		}
+	}
+	if want > 0 && len(got) != want {
+		failf("shrank to %v, want %d members", got, want)
+	}
+	settle(ctx, s)
+	shrunk(ctx, s, n-1-len(victims))
+	return nil
+}
+
+var agreedRE = regexp.MustCompile(`\] (agreed|first-shrink|shrunk) (.*)`)
+
+// sameEverywhere checks every survivor printed the same lines of each
+// kind, and that there are as many as survivors.
+func sameEverywhere(t *testing.T, out string, survivors int) {
+	t.Helper()
+	got := map[string]map[string]int{}
+	for _, m := range agreedRE.FindAllStringSubmatch(out, -1) {
+		if got[m[1]] == nil {
+			got[m[1]] = map[string]int{}
+		}
+		got[m[1]][m[2]]++
+	}
+	for kind, vals := range got {
+		if len(vals) != 1 {
+			t.Fatalf("survivors disagree on what they %s: %v\n%s", kind, vals, out)
+		}
+		for v, k := range vals {
+			if k != survivors {
+				t.Fatalf("%d of %d survivors printed what they %s\n%s", k, survivors, kind, out)
+			}
+			t.Logf("every survivor %s %s", kind, v)
+		}
+	}
+	if len(got) == 0 {
+		t.Fatalf("no survivor printed anything\n%s", out)
+	}
+}
+
+type recoverCase struct {
+	prog, point string
+	victims     func(n int) []int
+}
+
+func (c recoverCase) name(n int) string {
+	return fmt.Sprintf("%s/%s/%v/%d", c.prog, c.point, c.victims(n), n)
+}
+
+func one(r int) func(int) []int { return func(int) []int { return []int{r} } }
+func leaf(n int) []int          { return []int{n - 2} }
+
+var recoverCases = []recoverCase{
+	{"agree", "before", one(0)},                                 // the root, before contributing
+	{"agree", "before", one(1)},                                 // an interior node
+	{"agree", "before", leaf},                                   // a leaf
+	{"agree", "before", func(int) []int { return []int{1, 2} }}, // two at once
+	{"agree", "afterup", one(1)},                                // an interior node, after contributing
+	{"agree", "afterup", leaf},
+	{"agree", "afterup", func(int) []int { return []int{1, 2} }},
+	{"agree", "decided", one(0)}, // the root, after deciding
+	{"agree", "decided", one(1)},
+	{"agree", "decided", func(int) []int { return []int{0, 1} }},
+	{"shrink", "group", one(1)},
+	{"shrink", "group", func(int) []int { return []int{0, 2} }},
+	{"shrink", "id", one(1)},
+	{"shrink", "id", func(int) []int { return []int{0, 2} }},
+}
+
+// TestRecoverMatrix: agreement and shrink with victims killed at each
+// step of their protocols, 1 and 2 at once, on 4 and 8 ranks. Every
+// survivor returns (within the job's bound), decides the same value with
+// the same error class, and shrinks to the same communicator.
+func TestRecoverMatrix(t *testing.T) {
+	for _, way := range ways(t) {
+		for _, n := range []int{4, 8} {
+			for _, c := range recoverCases {
+				t.Run(way.name+"/"+c.name(n), func(t *testing.T) {
+					victims := c.victims(n)
+					env := append(slices.Clone(way.env), fmt.Sprintf("%s=%s", pointEnv, c.point),
+						victimsEnv+"="+strings.Trim(strings.Join(strings.Fields(fmt.Sprint(victims)), ","), "[]"))
+					out, errs, _ := progs.Run(t, n, c.prog, true, env...)
+					dead := len(victims)
+					if c.prog == "shrink" {
+						dead++
+					}
+					for r := 0; r < n; r++ {
+						if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) != (slices.Contains(victims, r) || c.prog == "shrink" && r == n-1) {
+							t.Fatalf("rank %d: finished %v, a victim %v\n%s\n%s", r, !slices.Contains(victims, r), slices.Contains(victims, r), out, errs)
+						}
+					}
+					sameEverywhere(t, out, n-dead)
+				})
+			}
+		}
+	}
+}
