@@ -242,7 +242,7 @@ func progShrink(ctx context.Context, ep *fabric.Endpoint) error {
 	return nil
 }
 
-var agreedRE = regexp.MustCompile(`\] (agreed|first-shrink|shrunk) (.*)`)
+var agreedRE = regexp.MustCompile(`\] (agreed|first-shrink|shrunk|survived) (.*)`)
 
 // sameEverywhere checks every survivor printed the same lines of each
 // kind, and that there are as many as survivors.
@@ -326,5 +326,77 @@ func TestRecoverMatrix(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+func init() { progs.Add("cycles", progCycles) }
+
+// cycleVictims are the world ranks that die, one per cycle of
+// progCycles: the root of the agreement tree among them.
+var cycleVictims = []int{7, 1, 4, 0, 5}
+
+// progCycles: 8 ranks, 5 successive failures. In each cycle the ranks
+// work (allreduces) on the current communicator until the cycle's victim
+// dies; then each survivor revokes it, agrees until every failure is
+// acknowledged, shrinks, and goes on with the result. Then the 3
+// survivors finalize.
+func progCycles(ctx context.Context, ep *fabric.Endpoint) error {
+	w := ep.World()
+	me := w.Rank()
+	defer startDetector(ctx, ep)()
+	c := w
+	for k, v := range cycleVictims {
+		for i := 0; ; i++ {
+			if me == v && i == 3 {
+				die()
+			}
+			x := []int64{0}
+			err := collectives.Allreduce(ctx, c, []int64{1}, x, op.Sum[int64]())
+			if err == nil {
+				if i > 10000 {
+					failf("cycle %d: no failure after %d allreduces", k, i)
+				}
+				continue
+			}
+			if !errors.Is(err, fabric.ErrProcFailed) && !errors.Is(err, fabric.ErrRevoked) {
+				failf("cycle %d: allreduce: %v", k, err)
+			}
+			break
+		}
+		c.Revoke()
+		settle(ctx, c)
+		s, err := Shrink(ctx, c)
+		must(err, fmt.Sprintf("cycle %d: shrink", k))
+		if want := 8 - k - 1; s.Size() != want {
+			failf("cycle %d: shrank to %v, want %d members", k, s.Group().Members(), want)
+		}
+		if c != w {
+			must(c.Free(), "free")
+		}
+		c = s
+	}
+	x := []int64{0}
+	must(collectives.Allreduce(ctx, c, []int64{int64(me)}, x, op.Sum[int64]()), "allreduce of the survivors")
+	if x[0] != 2+3+6 {
+		failf("survivors' allreduce: %d, want %d", x[0], 2+3+6)
+	}
+	fmt.Printf("survived %v\n", c.Group().Members())
+	return c.Free()
+}
+
+// TestCycles: 8 ranks, 5 successive failures, each followed by revoke,
+// agree and shrink, and work on the result; the survivors finalize
+// cleanly. (lab/ft-cycles.sh runs it 100 times and counts hangs.)
+func TestCycles(t *testing.T) {
+	for _, way := range ways(t) {
+		t.Run(way.name, func(t *testing.T) {
+			out, errs, _ := progs.Run(t, 8, "cycles", true, way.env...)
+			for r := 0; r < 8; r++ {
+				if survivor := !slices.Contains(cycleVictims, r); strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) != survivor {
+					t.Fatalf("rank %d: survivor %v, but finished %v\n%s\n%s", r, survivor, !survivor, out, errs)
+				}
+			}
+			sameEverywhere(t, out, 3)
+		})
 	}
 }
