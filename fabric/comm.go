@@ -129,8 +129,13 @@ func (c *Comm) invalid() error {
 }
 
 // Free releases the communicator (MPI_Comm_free); using it afterwards is
-// an error. Operations already started complete normally. The world and
-// self communicators are freed by Endpoint.Close, not here.
+// an error. Operations already started complete normally. Free is local
+// and never waits for other members. If package ft used the
+// communicator's fault-tolerance channel (an agreement, a shrink), the
+// channel goes on answering: members that have not yet returned from an
+// agreement this process has may still need its decision (the newest 256
+// such channels are kept, until Endpoint.Close). The world and self
+// communicators are freed by Endpoint.Close, not here.
 func (c *Comm) Free() error {
 	if err := c.valid(); err != nil {
 		return err

@@ -49,6 +49,9 @@ type engine struct {
 	// here yet.
 	ftOut   atomic.Bool
 	earlyFT map[commKey][]ftMsg
+	// retired: freed communicators whose fault-tolerance channel still
+	// answers (see retire), oldest first.
+	retired []*Comm
 
 	scheds []*Schedule // schedules in progress
 	freeS  []*Schedule // finished ones, for reuse

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
@@ -82,9 +83,10 @@ func (c *Comm) SetFTHandler(h FTHandler) error {
 // blocks: the message leaves at the next progress (WaitFT, or any other
 // call's). A message to a process that has failed, or fails, is dropped:
 // the handler hears of the failure (FTFailed). It may be called from an
-// FTHandler.
+// FTHandler, and keeps working after Free (see Comm.Free).
 func (c *Comm) SendFT(dest, tag int, payload []byte) error {
-	if c == nil || c.freed.Load() {
+	if c == nil || c.rank < 0 {
+		// (A freed communicator's channel still sends: see retire.)
 		return c.invalid()
 	}
 	if dest < 0 || dest >= c.Size() {
@@ -124,21 +126,30 @@ func (e *engine) ftFlush() int {
 	}
 	n := 0
 	for _, c := range e.comms {
-		c.ft.outMu.Lock()
-		out := c.ft.out
-		c.ft.out = nil
-		c.ft.outMu.Unlock()
-		for _, m := range out {
-			w := c.ranks[m.peer]
-			if e.failed[w] != nil || e.route[w] == nil {
-				continue
-			}
-			r := e.get()
-			c.initSend(r, m.payload, m.peer, m.tag, c.id*4+ctxFT)
-			r.orphan = true // released when sent
-			e.startSend(r)
-			n++
+		n += e.ftFlushComm(c)
+	}
+	for _, c := range e.retired {
+		n += e.ftFlushComm(c)
+	}
+	return n
+}
+
+func (e *engine) ftFlushComm(c *Comm) int {
+	c.ft.outMu.Lock()
+	out := c.ft.out
+	c.ft.out = nil
+	c.ft.outMu.Unlock()
+	n := 0
+	for _, m := range out {
+		w := c.ranks[m.peer]
+		if e.failed[w] != nil || e.route[w] == nil {
+			continue
 		}
+		r := e.get()
+		c.initSend(r, m.payload, m.peer, m.tag, c.id*4+ctxFT)
+		r.orphan = true // released when sent
+		e.startSend(r)
+		n++
 	}
 	return n
 }
@@ -154,6 +165,13 @@ func (e *engine) ftDeliver(h *wire.Header, p *wire.Payload) {
 	gen, id := binary.LittleEndian.Uint64(b), h.Ctx>>2
 	m := ftMsg{peer: int(h.Src), tag: int(h.Tag), payload: b[8:]}
 	c := e.comms[id]
+	if c == nil || c.gen != gen {
+		for _, r := range e.retired {
+			if r.id == id && r.gen == gen {
+				c = r
+			}
+		}
+	}
 	switch {
 	case c != nil && c.gen == gen && c.ft.h != nil:
 		c.ft.h.FTMessage(m.peer, m.tag, m.payload)
@@ -180,6 +198,28 @@ func (e *engine) ftFailed(w int) {
 			c.ft.h.FTFailed(r)
 		}
 	}
+	for _, c := range e.retired {
+		if r := c.fromWorld(w); r >= 0 {
+			c.ft.h.FTFailed(r)
+		}
+	}
+}
+
+// maxRetired bounds the freed communicators whose channels still answer.
+const maxRetired = 256
+
+// retire keeps freed c's fault-tolerance channel answering: an agreement
+// this process has decided and returned from may still be asked for by
+// members that have not (the early-returning agreement serves them), and
+// what its handler last sent must still leave. Freeing a communicator is
+// local, so the last such request may come at any time; the newest
+// maxRetired channels are kept (Open MPI keeps them all until finalize).
+// With e.mu held.
+func (e *engine) retire(c *Comm) {
+	if len(e.retired) == maxRetired {
+		e.retired = slices.Delete(e.retired, 0, 1)
+	}
+	e.retired = append(e.retired, c)
 }
 
 // ftRegister takes over the messages kept for c before it was made here;

@@ -77,6 +77,24 @@ func progFTChannel(ctx context.Context, ep *Endpoint) error {
 			failf("%s: %v, want %v", bad.what, bad.err, bad.want)
 		}
 	}
+	// A freed communicator's channel still answers, and what was sent on
+	// it just before the free still leaves: rank 0 pings rank 1 and frees
+	// at once; rank 1's pong reaches rank 0's handler all the same.
+	d, err := w.Dup(ctx)
+	must(err, "dup")
+	hd := &echo{c: d}
+	must(d.SetFTHandler(hd), "set the handler")
+	switch me {
+	case 0:
+		must(d.SendFT(1, 9, []byte("ping")), "ping")
+		must(d.Free(), "free")
+		must(w.WaitFT(ctx, func() bool { return hd.pongs == 1 }), "wait for the pong on the freed communicator")
+	case 1:
+		must(d.WaitFT(ctx, func() bool { return len(hd.got) == 1 }), "wait for the ping")
+		must(d.Free(), "free")
+	default:
+		must(d.Free(), "free")
+	}
 	// Every rank is done with the pings before the last one dies.
 	must(w.Send(ctx, nil, n-1, 98), "done")
 	if me == n-1 {

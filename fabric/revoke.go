@@ -193,10 +193,14 @@ func (e *engine) register(c *Comm) {
 	}
 }
 
-// unregister forgets freed c; with e.mu held.
+// unregister forgets freed c; with e.mu held. Its fault-tolerance
+// channel, if package ft used it, stays (see retire).
 func (e *engine) unregister(c *Comm) {
 	if e.comms[c.id] == c {
 		delete(e.comms, c.id)
 	}
 	e.revokedIDs[c.id/64] &^= 1 << (c.id % 64)
+	if c.ft.h != nil {
+		e.retire(c)
+	}
 }
