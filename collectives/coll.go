@@ -62,12 +62,27 @@ func begin[T any](c *fabric.Comm, root int) (*fabric.Schedule, error) {
 
 const noRoot = -1 << 30
 
-func wait(ctx context.Context, r fabric.Request, err error) error {
-	if err != nil {
+// wait completes a blocking collective's request — or takes its error —
+// and makes the outcome uniform across c's members if c's error
+// uniformity asks for it (fabric.Comm.Uniform).
+func wait(ctx context.Context, c *fabric.Comm, r fabric.Request, err error) error {
+	if err == nil {
+		_, err = r.Wait(ctx)
+	}
+	if c == nil {
 		return err
 	}
-	_, err = r.Wait(ctx)
-	return err
+	return c.Uniform(ctx, err)
+}
+
+// nonblocking refuses a nonblocking collective on a communicator whose
+// error uniformity covers collectives: its completion would have to
+// agree with the other members', which Rivet does not do yet.
+func nonblocking(c *fabric.Comm) error {
+	if c != nil && c.ErrorUniform() != fabric.UniformLocal {
+		return fmt.Errorf("%w: a nonblocking collective on a communicator with error uniformity %v (blocking collectives are uniform)", fabric.ErrNotSupported, c.ErrorUniform())
+	}
+	return nil
 }
 
 func countErr(format string, args ...any) error {
@@ -78,15 +93,22 @@ func countErr(format string, args ...any) error {
 func Barrier(ctx context.Context, c *fabric.Comm) error {
 	if c != nil && choose("barrier", 0, c.Size(), true) == SharedFlags {
 		if ok, err := nodecoll.Sync(ctx, c); ok {
-			return err
+			return c.Uniform(ctx, err)
 		}
 	}
-	r, err := Ibarrier(c)
-	return wait(ctx, r, err)
+	r, err := ibarrier(c)
+	return wait(ctx, c, r, err)
 }
 
 // Ibarrier is the nonblocking Barrier.
 func Ibarrier(c *fabric.Comm) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return ibarrier(c)
+}
+
+func ibarrier(c *fabric.Comm) (fabric.Request, error) {
 	s, err := begin[byte](c, noRoot)
 	if err != nil {
 		return fabric.Request{}, err
@@ -109,12 +131,19 @@ func Ibarrier(c *fabric.Comm) (fabric.Request, error) {
 
 // Bcast sends root's buf to every process's buf (MPI_Bcast).
 func Bcast[T any](ctx context.Context, c *fabric.Comm, buf []T, root int) error {
-	r, err := Ibcast(c, buf, root)
-	return wait(ctx, r, err)
+	r, err := ibcast(c, buf, root)
+	return wait(ctx, c, r, err)
 }
 
 // Ibcast is the nonblocking Bcast.
 func Ibcast[T any](c *fabric.Comm, buf []T, root int) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return ibcast(c, buf, root)
+}
+
+func ibcast[T any](c *fabric.Comm, buf []T, root int) (fabric.Request, error) {
 	s, err := begin[T](c, root)
 	if err != nil {
 		return fabric.Request{}, err
@@ -135,12 +164,19 @@ func Ibcast[T any](c *fabric.Comm, buf []T, root int) (fabric.Request, error) {
 // order (MPI_Reduce). With send nil, root's recv holds its operand (in
 // place). recv matters only at root.
 func Reduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T], root int) error {
-	r, err := Ireduce(c, send, recv, o, root)
-	return wait(ctx, r, err)
+	r, err := ireduce(c, send, recv, o, root)
+	return wait(ctx, c, r, err)
 }
 
 // Ireduce is the nonblocking Reduce.
 func Ireduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T], root int) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return ireduce(c, send, recv, o, root)
+}
+
+func ireduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T], root int) (fabric.Request, error) {
 	ro, err := collOp(o)
 	if err != nil {
 		return fabric.Request{}, err
@@ -189,7 +225,7 @@ func Ireduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T], root int) (fabri
 // (MPI_Allreduce). With send nil, recv holds the operand (in place).
 func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]) error {
 	r, err := iallreduce(ctx, c, send, recv, o, true)
-	return wait(ctx, r, err)
+	return wait(ctx, c, r, err)
 }
 
 // Iallreduce is the nonblocking Allreduce. (It never takes the
@@ -197,6 +233,9 @@ func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.
 // next starts; MPI does not match blocking and nonblocking collectives
 // with each other, so the two may differ.)
 func Iallreduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
 	return iallreduce(context.Background(), c, send, recv, o, false)
 }
 
@@ -270,12 +309,19 @@ func iallreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op
 // (MPI_Gather); recv (root only) holds Size()·len(send) elements. With
 // send nil at root, root's block is already in place in recv.
 func Gather[T any](ctx context.Context, c *fabric.Comm, send, recv []T, root int) error {
-	r, err := Igather(c, send, recv, root)
-	return wait(ctx, r, err)
+	r, err := igather(c, send, recv, root)
+	return wait(ctx, c, r, err)
 }
 
 // Igather is the nonblocking Gather.
 func Igather[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return igather(c, send, recv, root)
+}
+
+func igather[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
 	s, err := checkedRoot[T](c, root)
 	if err != nil {
 		return fabric.Request{}, err
@@ -346,12 +392,19 @@ func abandon(s *fabric.Schedule, err error) (fabric.Request, error) {
 // Gatherv is Gather with a count and displacement per process (MPI_Gatherv);
 // counts and displs matter at root only.
 func Gatherv[T any](ctx context.Context, c *fabric.Comm, send, recv []T, counts, displs []int, root int) error {
-	r, err := Igatherv(c, send, recv, counts, displs, root)
-	return wait(ctx, r, err)
+	r, err := igatherv(c, send, recv, counts, displs, root)
+	return wait(ctx, c, r, err)
 }
 
 // Igatherv is the nonblocking Gatherv.
 func Igatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int, root int) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return igatherv(c, send, recv, counts, displs, root)
+}
+
+func igatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int, root int) (fabric.Request, error) {
 	s, err := checkedRoot[T](c, root)
 	if err != nil {
 		return fabric.Request{}, err
@@ -377,12 +430,19 @@ func Igatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int, root 
 // elements) to process i's recv (MPI_Scatter). With recv nil at root,
 // root's block stays in place in send.
 func Scatter[T any](ctx context.Context, c *fabric.Comm, send, recv []T, root int) error {
-	r, err := Iscatter(c, send, recv, root)
-	return wait(ctx, r, err)
+	r, err := iscatter(c, send, recv, root)
+	return wait(ctx, c, r, err)
 }
 
 // Iscatter is the nonblocking Scatter.
 func Iscatter[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return iscatter(c, send, recv, root)
+}
+
+func iscatter[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
 	s, err := checkedRoot[T](c, root)
 	if err != nil {
 		return fabric.Request{}, err
@@ -420,12 +480,19 @@ func Iscatter[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, 
 // Scatterv is Scatter with a count and displacement per process
 // (MPI_Scatterv); counts and displs matter at root only.
 func Scatterv[T any](ctx context.Context, c *fabric.Comm, send []T, counts, displs []int, recv []T, root int) error {
-	r, err := Iscatterv(c, send, counts, displs, recv, root)
-	return wait(ctx, r, err)
+	r, err := iscatterv(c, send, counts, displs, recv, root)
+	return wait(ctx, c, r, err)
 }
 
 // Iscatterv is the nonblocking Scatterv.
 func Iscatterv[T any](c *fabric.Comm, send []T, counts, displs []int, recv []T, root int) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return iscatterv(c, send, counts, displs, recv, root)
+}
+
+func iscatterv[T any](c *fabric.Comm, send []T, counts, displs []int, recv []T, root int) (fabric.Request, error) {
 	s, err := checkedRoot[T](c, root)
 	if err != nil {
 		return fabric.Request{}, err
@@ -451,12 +518,19 @@ func Iscatterv[T any](c *fabric.Comm, send []T, counts, displs []int, recv []T, 
 // (MPI_Allgather); recv holds Size()·len(send) elements. With send nil,
 // each process's block is already in place in recv.
 func Allgather[T any](ctx context.Context, c *fabric.Comm, send, recv []T) error {
-	r, err := Iallgather(c, send, recv)
-	return wait(ctx, r, err)
+	r, err := iallgather(c, send, recv)
+	return wait(ctx, c, r, err)
 }
 
 // Iallgather is the nonblocking Allgather.
 func Iallgather[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return iallgather(c, send, recv)
+}
+
+func iallgather[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
 	s, err := begin[T](c, noRoot)
 	if err != nil {
 		return fabric.Request{}, err
@@ -489,12 +563,19 @@ func Iallgather[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
 // Allgatherv is Allgather with a count and displacement per process
 // (MPI_Allgatherv).
 func Allgatherv[T any](ctx context.Context, c *fabric.Comm, send, recv []T, counts, displs []int) error {
-	r, err := Iallgatherv(c, send, recv, counts, displs)
-	return wait(ctx, r, err)
+	r, err := iallgatherv(c, send, recv, counts, displs)
+	return wait(ctx, c, r, err)
 }
 
 // Iallgatherv is the nonblocking Allgatherv.
 func Iallgatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return iallgatherv(c, send, recv, counts, displs)
+}
+
+func iallgatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int) (fabric.Request, error) {
 	s, err := begin[T](c, noRoot)
 	if err != nil {
 		return fabric.Request{}, err
@@ -517,12 +598,19 @@ func Iallgatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int) (f
 // Alltoall sends block i of send to process i, which receives it as block
 // me of its recv (MPI_Alltoall); both hold Size() equal blocks.
 func Alltoall[T any](ctx context.Context, c *fabric.Comm, send, recv []T) error {
-	r, err := Ialltoall(c, send, recv)
-	return wait(ctx, r, err)
+	r, err := ialltoall(c, send, recv)
+	return wait(ctx, c, r, err)
 }
 
 // Ialltoall is the nonblocking Alltoall.
 func Ialltoall[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return ialltoall(c, send, recv)
+}
+
+func ialltoall[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
 	s, err := begin[T](c, noRoot)
 	if err != nil {
 		return fabric.Request{}, err
@@ -549,12 +637,19 @@ func Ialltoall[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
 // Alltoallv is Alltoall with a count and displacement per block on both
 // sides (MPI_Alltoallv).
 func Alltoallv[T any](ctx context.Context, c *fabric.Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
-	r, err := Ialltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls)
-	return wait(ctx, r, err)
+	r, err := ialltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls)
+	return wait(ctx, c, r, err)
 }
 
 // Ialltoallv is the nonblocking Alltoallv.
 func Ialltoallv[T any](c *fabric.Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return ialltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls)
+}
+
+func ialltoallv[T any](c *fabric.Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (fabric.Request, error) {
 	s, err := begin[T](c, noRoot)
 	if err != nil {
 		return fabric.Request{}, err
@@ -586,12 +681,19 @@ func Ialltoallv[T any](c *fabric.Comm, send []T, scounts, sdispls []int, recv []
 // leaves block i, of counts[i] elements, in process i's recv
 // (MPI_Reduce_scatter).
 func ReduceScatter[T any](ctx context.Context, c *fabric.Comm, send, recv []T, counts []int, o op.Op[T]) error {
-	r, err := IreduceScatter(c, send, recv, counts, o)
-	return wait(ctx, r, err)
+	r, err := ireduceScatter(c, send, recv, counts, o)
+	return wait(ctx, c, r, err)
 }
 
 // IreduceScatter is the nonblocking ReduceScatter.
 func IreduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, o op.Op[T]) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return ireduceScatter(c, send, recv, counts, o)
+}
+
+func ireduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, o op.Op[T]) (fabric.Request, error) {
 	ro, err := collOp(o)
 	if err != nil {
 		return fabric.Request{}, err
@@ -643,12 +745,19 @@ func reduceScatter(s *fabric.Schedule, c *fabric.Comm, send, recv []byte, sn, rn
 // ReduceScatterBlock is ReduceScatter with equal blocks of len(recv)
 // elements (MPI_Reduce_scatter_block).
 func ReduceScatterBlock[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]) error {
-	r, err := IreduceScatterBlock(c, send, recv, o)
-	return wait(ctx, r, err)
+	r, err := ireduceScatterBlock(c, send, recv, o)
+	return wait(ctx, c, r, err)
 }
 
 // IreduceScatterBlock is the nonblocking ReduceScatterBlock.
 func IreduceScatterBlock[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return ireduceScatterBlock(c, send, recv, o)
+}
+
+func ireduceScatterBlock[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
 	ro, err := collOp(o)
 	if err != nil {
 		return fabric.Request{}, err
@@ -663,24 +772,38 @@ func IreduceScatterBlock[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fab
 // Scan leaves in process i's recv the reduction of send over processes
 // 0…i (MPI_Scan). With send nil, recv holds the operand (in place).
 func Scan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]) error {
-	r, err := Iscan(c, send, recv, o)
-	return wait(ctx, r, err)
+	r, err := iscan(c, send, recv, o)
+	return wait(ctx, c, r, err)
 }
 
 // Iscan is the nonblocking Scan.
 func Iscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return iscan(c, send, recv, o)
+}
+
+func iscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
 	return scan(c, send, recv, o, false)
 }
 
 // Exscan leaves in process i's recv the reduction over processes 0…i-1
 // (MPI_Exscan); rank 0's recv is left as it was.
 func Exscan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]) error {
-	r, err := Iexscan(c, send, recv, o)
-	return wait(ctx, r, err)
+	r, err := iexscan(c, send, recv, o)
+	return wait(ctx, c, r, err)
 }
 
 // Iexscan is the nonblocking Exscan.
 func Iexscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
+	if err := nonblocking(c); err != nil {
+		return fabric.Request{}, err
+	}
+	return iexscan(c, send, recv, o)
+}
+
+func iexscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
 	return scan(c, send, recv, o, true)
 }
 

@@ -45,10 +45,11 @@ type Comm struct {
 	spare     atomic.Pointer[Schedule] // the last finished schedule, for the next
 	acked     int                      // failures of members acknowledged (AckFailed); under e.mu
 
-	errRange   ErrorRange  // SetErrorRange; under e.mu
-	ft         ftState     // the fault-tolerance channel (SetFTHandler, SendFT)
-	revoked    atomic.Bool // set under e.mu (revoke)
-	revokeHops int         // the fewest hops a revoke notice came in: 0 revoked here, -1 none (learned from an operation); under e.mu
+	errRange   ErrorRange   // SetErrorRange; under e.mu
+	errUniform ErrorUniform // SetErrorUniform; under e.mu
+	ft         ftState      // the fault-tolerance channel (SetFTHandler, SendFT)
+	revoked    atomic.Bool  // set under e.mu (revoke)
+	revokeHops int          // the fewest hops a revoke notice came in: 0 revoked here, -1 none (learned from an operation); under e.mu
 }
 
 // Endpoint returns the endpoint c belongs to.
@@ -157,6 +158,11 @@ func (c *Comm) Free() error {
 // Dup is a new communicator with the same group and a new context
 // (MPI_Comm_dup). Collective over c.
 func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
+	nc, err := c.dup(ctx)
+	return c.uniformCreate(ctx, nc, err)
+}
+
+func (c *Comm) dup(ctx context.Context) (*Comm, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -174,6 +180,11 @@ func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
 // (MPI_Comm_split). A negative color (Undefined) gets nil. Collective
 // over c.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	nc, err := c.split(ctx, color, key)
+	return c.uniformCreate(ctx, nc, err)
+}
+
+func (c *Comm) split(ctx context.Context, color, key int) (*Comm, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -221,6 +232,11 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 // (MPI_Comm_create); processes outside g get nil. Collective over c, and
 // every process must pass the same group.
 func (c *Comm) Create(ctx context.Context, g Group) (*Comm, error) {
+	nc, err := c.create(ctx, g)
+	return c.uniformCreate(ctx, nc, err)
+}
+
+func (c *Comm) create(ctx context.Context, g Group) (*Comm, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}

@@ -424,6 +424,7 @@ func (ep *Endpoint) Close() error {
 	if ep.closed.Swap(true) {
 		return nil
 	}
+	ep.e.flushFT() // an agreement's decision, passed on before leaving
 	ep.e.mu.Lock()
 	if ep.shm != nil {
 		ep.shm.MarkClosed()

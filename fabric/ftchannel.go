@@ -110,12 +110,29 @@ func (c *Comm) SendFT(dest, tag int, payload []byte) error {
 
 // WaitFT makes progress until done reports true, ctx ends, or the
 // endpoint closes. done is called with the engine locked, as FTHandler's
-// methods are, and under the same rules.
+// methods are, and under the same rules. What the handler sent on the
+// way leaves before WaitFT returns — a decision made as the condition
+// came true must not wait for some later call's progress.
 func (c *Comm) WaitFT(ctx context.Context, done func() bool) error {
 	if c == nil || c.freed.Load() {
 		return c.invalid()
 	}
-	return c.e.waitUntil(ctx, done)
+	err := c.e.waitUntil(ctx, done)
+	c.e.flushFT()
+	return err
+}
+
+// flushFT hands the fault-tolerance messages sent so far to the
+// providers.
+func (e *engine) flushFT() {
+	if !e.ftOut.Load() {
+		return
+	}
+	e.mu.Lock()
+	if !e.closed {
+		e.ftFlush()
+	}
+	e.mu.Unlock()
 }
 
 // ftFlush hands every communicator's sent fault-tolerance messages to the

@@ -39,9 +39,14 @@ const (
 	// UniformLocal: a collective may raise at some members and succeed
 	// at others (the default).
 	UniformLocal ErrorUniform = iota
-	// UniformColl: every collective raises at all members or at none.
+	// UniformColl: every blocking collective of package collectives
+	// raises at all members or at none: each ends with an agreement, so
+	// each synchronizes. Nonblocking collectives are refused
+	// (ErrNotSupported).
 	UniformColl
-	// UniformCreate: so does every communicator creation and free.
+	// UniformCreate: so does every communicator creation (Dup, Split,
+	// Create). Free is local and never raises a failure error, so it is
+	// uniform as it is.
 	UniformCreate
 )
 
@@ -87,24 +92,38 @@ func (c *Comm) ErrorRange() ErrorRange {
 	return c.errRange
 }
 
-// SetErrorUniform sets c's error uniformity. Only UniformLocal is
-// available yet: the others need the agreement of package ft, and
-// return an error matching ErrNotSupported.
+// SetErrorUniform sets c's error uniformity. UniformColl and
+// UniformCreate need package ft's agreement (it registers itself when a
+// program imports it): without it they return an error matching
+// ErrNotSupported.
 func (c *Comm) SetErrorUniform(u ErrorUniform) error {
 	if err := c.valid(); err != nil {
 		return err
 	}
 	switch u {
 	case UniformLocal:
-		return nil
 	case UniformColl, UniformCreate:
-		return fmt.Errorf("%w: error uniformity %v (collectives raise where they fail)", ErrNotSupported, u)
+		if agreement.Load() == nil {
+			return fmt.Errorf("%w: error uniformity %v needs package ft's agreement (import github.com/rivet-hpc/rivet/ft)", ErrNotSupported, u)
+		}
+	default:
+		return fmt.Errorf("%w: error uniformity %d", ErrInvalid, int(u))
 	}
-	return fmt.Errorf("%w: error uniformity %d", ErrInvalid, int(u))
+	c.e.mu.Lock()
+	c.errUniform = u
+	c.e.mu.Unlock()
+	return nil
 }
 
 // ErrorUniform returns c's error uniformity.
-func (c *Comm) ErrorUniform() ErrorUniform { return UniformLocal }
+func (c *Comm) ErrorUniform() ErrorUniform {
+	if c == nil {
+		return UniformLocal
+	}
+	c.e.mu.Lock()
+	defer c.e.mu.Unlock()
+	return c.errUniform
+}
 
 // SetInfo sets an info key of c by its MPI name and value
 // (MPI_Comm_set_info): InfoErrorRange ("operation", "group", "global")

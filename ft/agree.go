@@ -250,3 +250,8 @@ var testHookWait func(seq uint64, state, words int)
 // errAgreedFailed is the cause of a failure this process learned from an
 // agreement's decision.
 var errAgreedFailed = errors.New("ft: failed, as an agreement decided")
+
+// The error-uniformity keys of package fabric agree with Agree.
+func init() {
+	fabric.SetAgreement(func(ctx context.Context, c *fabric.Comm, flag int) (int, error) { return Agree(ctx, c, flag) })
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"syscall"
 	"time"
 
 	"github.com/rivet-hpc/rivet/bench/ftbench"
@@ -32,7 +33,8 @@ node first (shared memory). With no test name (or "all") it runs the
 point-to-point tests.
 
 Tests: %s, ft_detect (see rivet bench ft_detect -h),
-ft_recover (revoke, beside barrier, allreduce 4 B and comm dup; -i ITER -x WARMUP)
+ft_recover (agree, iagree, shrink and revoke, beside barrier, allreduce 4 B and
+comm dup; -i ITER -x WARMUP; -failure adds shrink after the last rank dies)
 
 OSU options: -m [MIN:]MAX  -i ITER  -x WARMUP  -W WINDOW (bandwidth)
              -f (collectives: min, max, iterations)  -t CALLS (osu_i*)  -v
@@ -56,6 +58,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	rest := fs.Args()
 	var runs []func(ctx context.Context, w *fabric.Comm) error
+	failure := false // a rank will die: the job must tolerate it
 	name := "all"
 	if len(rest) > 0 {
 		name, rest = rest[0], rest[1:]
@@ -68,9 +71,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		var o ftbench.RecoverOptions
 		rs.IntVar(&o.Iters, "i", 1000, "timed iterations of each operation")
 		rs.IntVar(&o.Warmup, "x", 100, "untimed iterations first")
+		rs.BoolVar(&o.Failure, "failure", false, "then kill the last rank and time shrink after its failure")
 		if err := parseFlags(rs, rest, stderr); err != nil {
 			return err
 		}
+		failure = o.Failure
 		if o.Iters < 1 || o.Warmup < 0 || rs.NArg() > 0 {
 			fmt.Fprintf(stderr, "rivet bench ft_recover: -i %d (1 or more), -x %d (0 or more), arguments %q\n", o.Iters, o.Warmup, rs.Args())
 			return errUsage
@@ -126,8 +131,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		st := launch.Run(ctx, launch.Options{N: *np, Env: []string{benchChildEnv + "=1"}, Stdout: stdout, Stderr: stderr},
+		st := launch.Run(ctx, launch.Options{N: *np, FT: failure, Env: []string{benchChildEnv + "=1"}, Stdout: stdout, Stderr: stderr},
 			append([]string{self, "bench"}, args...))
+		if failure && st == 128+int(syscall.SIGKILL) {
+			st = 0 // the rank that died on purpose
+		}
 		if st != 0 {
 			return fmt.Errorf("bench: the job exited with status %d", st)
 		}

@@ -1,0 +1,50 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/examples/internal/inject"
+	"github.com/rivet-hpc/rivet/internal/jobtest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("RIVET_EXAMPLE_CHILD") == "1" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := run(ctx); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestSplit: 6 ranks; without a failure the split works at once; with
+// world rank 2 killed before it, every survivor sees it fail, shrinks and
+// splits again: color 0 is ranks 0 and 4, color 1 ranks 1, 3 and 5.
+func TestSplit(t *testing.T) {
+	out, errs, st := jobtest.Job(t, 6, true, "RIVET_EXAMPLE_CHILD=1")
+	if st != 0 || strings.Count(out, "color 0: 3 members, world ranks summing to 6") != 3 ||
+		strings.Count(out, "color 1: 3 members, world ranks summing to 9") != 3 {
+		t.Fatalf("no failure: status %d\n%s\n%s", st, out, errs)
+	}
+	out, errs, _ = jobtest.Job(t, 6, true, "RIVET_EXAMPLE_CHILD=1", inject.Env+"=2:split")
+	for want, n := range map[string]int{"color 0: 2 members, world ranks summing to 4": 2, "color 1: 3 members, world ranks summing to 9": 3} {
+		if strings.Count(out, want) != n {
+			t.Fatalf("want %q from each of %d members\n%s\n%s", want, n, out, errs)
+		}
+	}
+	for _, r := range []int{0, 1, 3, 4, 5} {
+		if !strings.Contains(out, fmt.Sprintf("[%d] split failed consistently", r)) {
+			t.Fatalf("rank %d did not see the split fail\n%s\n%s", r, out, errs)
+		}
+	}
+}
