@@ -8,26 +8,40 @@ import (
 	"slices"
 )
 
-// IDAgreement is how CreateAgreed learns a new communicator's context id
-// and generation from a protocol outside this package (package ft's
-// agreement). It is given this process's free context ids (a bit per id,
-// set while free) and the latest communicator generation it made, and
-// returns, identically at every member of the new communicator, the
-// bitwise AND of every member's free mask and the largest generation.
-type IDAgreement func(ctx context.Context, free []uint64, gen uint64) (freeAll []uint64, genMax uint64, err error)
+// IDAgreement is how CreateAgreed learns a new communicator's members,
+// context id and generation from a protocol outside this package
+// (package ft's agreement). It is given this process's free context ids
+// (a bit per id, set while free) and the latest communicator generation
+// it made, and returns, identically at every member of the new
+// communicator: the members (ranks in the old one, in their order
+// there), the bitwise AND of every member's free mask, and the largest
+// generation.
+type IDAgreement func(ctx context.Context, free []uint64, gen uint64) (members []int, freeAll []uint64, genMax uint64, err error)
 
-// CreateAgreed makes the communicator of c's ranks members, in that
-// order, with the context id and generation agree settles — the way a
-// shrink makes its survivors' communicator without any collective that
-// a failure could break (package ft's Shrink). Every member calls it with
-// the same members; the id is the lowest one free at all of them, and
-// the generation one more than any of theirs. It works on a revoked c.
-func (c *Comm) CreateAgreed(ctx context.Context, members []int, agree IDAgreement) (*Comm, error) {
+// CreateAgreed makes a communicator of some of c's members with the
+// members, context id and generation agree settles — the way a shrink
+// makes its survivors' communicator without any collective that a
+// failure could break (package ft's Shrink). The id is the lowest one
+// free at all the members, and the generation one more than any of
+// theirs. It works on a revoked c.
+func (c *Comm) CreateAgreed(ctx context.Context, agree IDAgreement) (*Comm, error) {
 	if c == nil || c.freed.Load() {
 		return nil, c.invalid()
 	}
 	if agree == nil {
 		return nil, fmt.Errorf("%w: nil IDAgreement", ErrInvalid)
+	}
+	c.ep.createMu.Lock()
+	defer c.ep.createMu.Unlock()
+	c.ep.idMu.Lock()
+	mask := c.ep.ids
+	c.ep.idMu.Unlock()
+	members, all, gen, err := agree(ctx, slices.Clone(mask[:]), c.ep.lastGen)
+	if err != nil {
+		return nil, err
+	}
+	if len(all) != len(mask) {
+		return nil, fmt.Errorf("%w: the agreed context-id mask has %d words, want %d", ErrInvalid, len(all), len(mask))
 	}
 	seen := make([]bool, c.Size())
 	ranks := make([]int, len(members))
@@ -39,19 +53,7 @@ func (c *Comm) CreateAgreed(ctx context.Context, members []int, agree IDAgreemen
 		ranks[i] = c.ranks[r]
 	}
 	if c.rank < 0 || !seen[c.rank] {
-		return nil, fmt.Errorf("%w: this process (rank %d) is not among the members", ErrRank, c.rank)
-	}
-	c.ep.createMu.Lock()
-	defer c.ep.createMu.Unlock()
-	c.ep.idMu.Lock()
-	mask := c.ep.ids
-	c.ep.idMu.Unlock()
-	all, gen, err := agree(ctx, slices.Clone(mask[:]), c.ep.lastGen)
-	if err != nil {
-		return nil, err
-	}
-	if len(all) != len(mask) {
-		return nil, fmt.Errorf("%w: the agreed context-id mask has %d words, want %d", ErrInvalid, len(all), len(mask))
+		return nil, fmt.Errorf("%w: this process (rank %d) is not among the agreed members", ErrRank, c.rank)
 	}
 	var and idMask
 	copy(and[:], all)

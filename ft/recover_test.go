@@ -31,8 +31,9 @@ func init() {
 //	before   before they enter the agreement
 //	afterup  once their contribution has gone to their parent
 //	decided  once they hold the decision and have passed it on
-//	group    (shrink) in the agreement on the failed group, contributed
-//	id       (shrink) in the agreement on the context id, contributed
+//	before   (shrink) right before they call Shrink
+//	during   (shrink) in its agreement (on the failed group and the
+//	         context id at once), contributed
 const (
 	victimsEnv = "FT_VICTIMS"
 	pointEnv   = "FT_POINT"
@@ -184,11 +185,12 @@ func shrunk(ctx context.Context, c *fabric.Comm, want int) *fabric.Comm {
 	return s
 }
 
-// progShrink: the victims die during a shrink — in the agreement on the
-// failed group, or in the one on the context id — after one member
-// (the last) failed before it. The survivors' shrink still gives one
-// communicator; the victims are in it when they died after the failed
-// group was agreed, and a second shrink removes them.
+// progShrink: one member (the last) fails; the others revoke and
+// shrink, and the victims die right before the shrink or in its
+// agreement (which settles the failed group and the context id at
+// once). The survivors' shrink still gives one communicator; a victim
+// that died after contributing may be in it, known failed there, and a
+// second shrink removes it.
 func progShrink(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
 	me, n := w.Rank(), w.Size()
@@ -202,19 +204,16 @@ func progShrink(ctx context.Context, ep *fabric.Endpoint) error {
 		die()
 	}
 	victim := slices.Contains(victims, me)
+	w.Revoke() // shrink works on a revoked communicator
 	if victim {
-		// Agreements so far: none. The failed group's first agreement is
-		// 1 (more if it must repeat); the context id's comes after.
 		switch point {
-		case "group":
+		case "before":
+			die()
+		case "during":
+			// The shrink's first agreement is the first on w.
 			dieAt(seqIs(1), me == 0)
-		case "id":
-			// The context id's agreement: the one whose value is a
-			// context-id mask and a generation.
-			dieAt(func(_ uint64, words int) bool { return words > 1 }, me == 0)
 		}
 	}
-	w.Revoke() // shrink works on a revoked communicator
 	s, err := Shrink(ctx, w)
 	if victim {
 		failf("victim %d survived the shrink (point %s): %v", me, point, err)
@@ -222,20 +221,8 @@ func progShrink(ctx context.Context, ep *fabric.Endpoint) error {
 	must(err, "shrink")
 	got := s.Group().Members()
 	fmt.Printf("first-shrink %v\n", got)
-	want := n - 1
-	if point == "group" {
-		// Died before the group was agreed: maybe in it, maybe not.
-		want = -1
-	} else {
-		// Died after: a member of the result.
-		for _, r := range victims {
-			if !slices.Contains(got, r) {
-				failf("victim %d died after the failed group was agreed, yet is not in %v", r, got)
-			}
-		}
-	}
-	if want > 0 && len(got) != want {
-		failf("shrank to %v, want %d members", got, want)
+	if point == "before" && len(got) != n-1-len(victims) {
+		failf("shrank to %v, want %d members", got, n-1-len(victims))
 	}
 	settle(ctx, s)
 	shrunk(ctx, s, n-1-len(victims))
@@ -294,10 +281,10 @@ var recoverCases = []recoverCase{
 	{"agree", "decided", one(0)}, // the root, after deciding
 	{"agree", "decided", one(1)},
 	{"agree", "decided", func(int) []int { return []int{0, 1} }},
-	{"shrink", "group", one(1)},
-	{"shrink", "group", func(int) []int { return []int{0, 2} }},
-	{"shrink", "id", one(1)},
-	{"shrink", "id", func(int) []int { return []int{0, 2} }},
+	{"shrink", "before", one(1)},
+	{"shrink", "before", func(int) []int { return []int{0, 2} }},
+	{"shrink", "during", one(1)},
+	{"shrink", "during", func(int) []int { return []int{0, 2} }},
 }
 
 // TestRecoverMatrix: agreement and shrink with victims killed at each

@@ -14,80 +14,61 @@ import (
 // failed (MPI_COMM_SHRINK), in their order in c, identical at every one of
 // them: the same members and the same context id.
 //
-// The survivors first agree on the failed group — an agreement that
-// passes each one's known failures as acknowledged, repeated until every
-// survivor came with the same group and no new failure — then on the
-// context id and generation, by an agreement too, so that a failure
-// during either cannot make them diverge (Open MPI's design; ft's doc
-// has the details). Shrink works on a revoked c and never returns
+// The survivors agree, in one agreement, on the failed group and on the
+// new context id and generation: each passes the failures it knows as
+// the ones it acknowledges, with its free context ids (combined by AND)
+// and its latest generation (by MAX). An agreement that raises — a
+// survivor knew of another failure, or the groups differed — teaches
+// every survivor the union of the failures, and they agree again, until
+// every survivor came with the same group; a failure cannot make them
+// diverge (Open MPI agrees on the group and then on the id, by the same
+// kind of agreement). Shrink works on a revoked c and never returns
 // fabric.ErrProcFailed or fabric.ErrRevoked; a member that fails after
-// the failed group was agreed is a member of the result, known failed
-// there. It is collective over c's survivors.
+// the decisive agreement is a member of the result, known failed there.
+// It is collective over c's survivors.
 func Shrink(ctx context.Context, c *fabric.Comm) (*fabric.Comm, error) {
 	h, err := handlerOf(c)
 	if err != nil {
 		return nil, err
 	}
-	dead, err := h.agreeFailed(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var survivors []int
-	for r := 0; r < c.Size(); r++ {
-		if !slices.Contains(dead, r) {
-			survivors = append(survivors, r)
-		}
-	}
-	return c.CreateAgreed(ctx, survivors, func(ctx context.Context, free []uint64, gen uint64) ([]uint64, uint64, error) {
+	return c.CreateAgreed(ctx, func(ctx context.Context, free []uint64, gen uint64) ([]int, []uint64, uint64, error) {
 		val := append(slices.Clone(free), gen)
-		ops := make([]combOp, len(val))
-		ops[len(free)] = opMax // the rest: opAnd
-		a := h.enter(val, ops, dead)
-		out, err := h.wait(ctx, a)
-		if err != nil {
-			return nil, 0, err
-		}
-		// (A failure during this agreement changes nothing: the decided
-		// id is the same at every survivor.)
-		return out[:len(free)], out[len(free)], nil
-	})
-}
-
-// agreeFailed agrees on c's failed group: it returns the comm ranks that
-// every survivor holds failed.
-func (h *handler) agreeFailed(ctx context.Context) ([]int, error) {
-	for round := 0; ; round++ {
-		h.mu.Lock()
-		var known []int
-		for r, f := range h.e.failed {
-			if f {
-				known = append(known, r)
-			}
-		}
-		a := h.e.enter([]uint64{0}, []combOp{opAnd}, known)
-		h.mu.Unlock()
-		if _, err := h.wait(ctx, a); err != nil {
-			return nil, err
-		}
-		if !a.failed {
-			// Every contributor came with the same group and knew of no
-			// other failure: the group is agreed.
-			var dead []int
-			for r, d := range a.dead {
-				if d {
-					dead = append(dead, r)
+		ops := make([]combOp, len(val)) // opAnd
+		ops[len(free)] = opMax
+		for round := 0; ; round++ {
+			h.mu.Lock()
+			var known []int
+			for r, f := range h.e.failed {
+				if f {
+					known = append(known, r)
 				}
 			}
-			return dead, nil
+			a := h.e.enter(val, ops, known)
+			h.mu.Unlock()
+			out, err := h.wait(ctx, a)
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			if !a.failed {
+				// Every contributor came with the same group and knew of
+				// no other failure: the group is agreed, and so is the id.
+				var survivors []int
+				for r, d := range a.dead {
+					if !d {
+						survivors = append(survivors, r)
+					}
+				}
+				return survivors, out[:len(free)], out[len(free)], nil
+			}
+			// Learn what the others knew, and go again.
+			h.outcome(a)
+			if round > h.e.n+1 {
+				// Each round that raises has seen a new failure or made
+				// the groups equal: more rounds than members is a bug.
+				return nil, nil, 0, fmt.Errorf("ft: shrink: the failed group did not settle after %d agreements", round)
+			}
 		}
-		// Learn what the others knew, and go again.
-		h.outcome(a)
-		if round > h.e.n+1 {
-			// Each round that raises has seen a new failure or made the
-			// groups equal; more rounds than members is a bug.
-			return nil, fmt.Errorf("ft: shrink: the failed group did not settle after %d agreements", round)
-		}
-	}
+	})
 }
 
 // ShrinkRequest is a shrink in progress (IShrink).
