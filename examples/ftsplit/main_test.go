@@ -12,6 +12,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/examples/internal/inject"
 	"github.com/rivet-hpc/rivet/internal/jobtest"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -31,12 +32,12 @@ func TestMain(m *testing.M) {
 // world rank 2 killed before it, every survivor sees it fail, shrinks and
 // splits again: color 0 is ranks 0 and 4, color 1 ranks 1, 3 and 5.
 func TestSplit(t *testing.T) {
-	out, errs, st := jobtest.Job(t, 6, true, "RIVET_EXAMPLE_CHILD=1")
+	out, errs, st := jobtest.Job(t, 6, true, append(strings.Fields(provider(t)), "RIVET_EXAMPLE_CHILD=1")...)
 	if st != 0 || strings.Count(out, "color 0: 3 members, world ranks summing to 6") != 3 ||
 		strings.Count(out, "color 1: 3 members, world ranks summing to 9") != 3 {
 		t.Fatalf("no failure: status %d\n%s\n%s", st, out, errs)
 	}
-	out, errs, _ = jobtest.Job(t, 6, true, "RIVET_EXAMPLE_CHILD=1", inject.Env+"=2:split")
+	out, errs, _ = jobtest.Job(t, 6, true, append(strings.Fields(provider(t)), "RIVET_EXAMPLE_CHILD=1", inject.Env+"=2:split")...)
 	for want, n := range map[string]int{"color 0: 2 members, world ranks summing to 4": 2, "color 1: 3 members, world ranks summing to 9": 3} {
 		if strings.Count(out, want) != n {
 			t.Fatalf("want %q from each of %d members\n%s\n%s", want, n, out, errs)
@@ -47,4 +48,13 @@ func TestSplit(t *testing.T) {
 			t.Fatalf("rank %d did not see the split fail\n%s\n%s", r, out, errs)
 		}
 	}
+}
+
+// provider is the provider the example runs over: shared memory on the
+// host, verbs in the soft-RoCE VM.
+func provider(t *testing.T) string {
+	if os.Getenv("RIVET_RXE_DEVICES") == "" && os.Getenv(testutil.RequireEnv) != "1" {
+		return "RIVET_PROVIDER=shm"
+	}
+	return "RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]
 }
