@@ -16,6 +16,13 @@
 //
 // Revoking a communicator is fabric's (Comm.Revoke): it is state every
 // operation checks, spread by the broadcast failure notices use.
-// Agreement and shrink, still to come here, will run on the
-// communicator's fault-tolerance channel (fabric.FTHandler).
+//
+// Agreement (Agree, IAgree) is ERA, the early-returning agreement, on a
+// lazily repaired tree over the communicator's fault-tolerance channel
+// (fabric.FTHandler): every survivor decides the same value and raises
+// the same error, and a decision outlives the process that made it.
+// Shrink makes the survivors' communicator with one agreement on the
+// failed group and the context id. Importing this package also gives
+// fabric's error-uniformity keys the agreement they need. docs/ft.md
+// has the details; examples/ft* are MPI 4.1's examples of them.
 package ft

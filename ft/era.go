@@ -4,7 +4,6 @@ package ft
 
 import (
 	"encoding/binary"
-	"errors"
 	"hash/fnv"
 	"math/bits"
 	"slices"
@@ -58,18 +57,6 @@ const (
 	opMin // of int64 values
 	opMax // of int64 values
 )
-
-func (o combOp) identity() uint64 {
-	switch o {
-	case opAnd:
-		return ^uint64(0)
-	case opMin:
-		return 1<<63 - 1
-	case opMax:
-		return 1 << 63 // math.MinInt64
-	}
-	return 0
-}
 
 func (o combOp) combine(a, b uint64) uint64 {
 	switch o {
@@ -442,10 +429,6 @@ type downMsg struct {
 	gc     uint64
 	dead   []bool
 }
-
-// errTooLarge is an agreement whose message would exceed the channel's
-// limit: the dead set of a very large communicator with many failures.
-var errTooLarge = errors.New("ft: an agreement message exceeds the fault-tolerance channel's limit (too many failures in too large a communicator)")
 
 func (e *era) appendDead(b []byte, flags *byte, dead []bool) []byte {
 	n := 0
