@@ -10,9 +10,9 @@ import (
 )
 
 // The agreement protocol: ERA, the early-returning agreement of Herault
-// et al. (SC'15) as Open MPI's coll/ftagree implements it, on a binary
-// tree over the communicator's ranks (root rank 0, children 2i+1 and
-// 2i+2) repaired lazily from what each process knows of failures:
+// et al. (SC'15) as Open MPI's coll/ftagree implements it, on a tree of
+// arity k over the communicator's ranks (root rank 0, children ki+1 to
+// ki+k) repaired lazily from what each process knows of failures:
 //
 //   - a process's parent is its nearest ancestor not known failed; the
 //     root is the lowest-ranked process not known failed, and the other
@@ -111,6 +111,7 @@ type pendingUp struct {
 // era is one communicator's agreements at this process.
 type era struct {
 	n, me int
+	k     int // the tree's arity
 	send  func(dest, tag int, payload []byte) error
 
 	failed  []bool // by comm rank: known failed
@@ -124,8 +125,19 @@ type era struct {
 	buf []byte
 }
 
+// arity is the agreement tree's: each process gathers from up to 8
+// children, so up to 9 processes it is a star (one hop up, one down), and
+// 4096 are 4 levels deep. A binary tree (ERA's default) takes more hops,
+// and on a node each hop is a turn of the scheduler (docs/ft.md has the
+// measurement).
+const arity = 8
+
 func newEra(n, me int, send func(dest, tag int, payload []byte) error) *era {
-	return &era{n: n, me: me, send: send, failed: make([]bool, n), next: 1, recs: map[uint64]*agreement{}, gcBelow: 1}
+	return newEraK(n, me, arity, send)
+}
+
+func newEraK(n, me, k int, send func(dest, tag int, payload []byte) error) *era {
+	return &era{n: n, me: me, k: k, send: send, failed: make([]bool, n), next: 1, recs: map[uint64]*agreement{}, gcBelow: 1}
 }
 
 // The tree. Ranks are tree indices: the parent of i is (i-1)/2.
@@ -133,7 +145,7 @@ func newEra(n, me int, send func(dest, tag int, payload []byte) error) *era {
 // ancestor is i's nearest ancestor not known failed, or -1.
 func (e *era) ancestor(i int) int {
 	for i > 0 {
-		i = (i - 1) / 2
+		i = (i - 1) / e.k
 		if !e.failed[i] {
 			return i
 		}
@@ -166,8 +178,10 @@ func (e *era) children(i int, out []int) []int {
 	if i == e.root() {
 		out = e.tops(0, i, out)
 	}
-	out = e.tops(2*i+1, -1, out)
-	return e.tops(2*i+2, -1, out)
+	for c := e.k*i + 1; c <= e.k*i+e.k; c++ {
+		out = e.tops(c, -1, out)
+	}
+	return out
 }
 
 // tops appends the live processes of j's subtree (j included) that have
@@ -182,8 +196,10 @@ func (e *era) tops(j, skip int, out []int) []int {
 		}
 		return out
 	}
-	out = e.tops(2*j+1, skip, out)
-	return e.tops(2*j+2, skip, out)
+	for c := e.k*j + 1; c <= e.k*j+e.k; c++ {
+		out = e.tops(c, skip, out)
+	}
+	return out
 }
 
 // rec finds or makes the record of agreement seq.

@@ -50,7 +50,7 @@ type sim struct {
 	msgs   int
 }
 
-func newSim(seed uint64, n, rounds int) *sim {
+func newSim(seed uint64, n, k, rounds int) *sim {
 	s := &sim{rng: rand.New(rand.NewPCG(seed, 7)), n: n, queues: map[[2]int][]simMsg{}}
 	for k := 0; k < rounds; k++ {
 		v := make([]uint64, n)
@@ -64,7 +64,7 @@ func newSim(seed uint64, n, rounds int) *sim {
 	for i := 0; i < n; i++ {
 		p := &simProc{knows: make([]bool, n)}
 		src := i
-		p.e = newEra(n, i, func(dst, tag int, b []byte) error {
+		p.e = newEraK(n, i, k, func(dst, tag int, b []byte) error {
 			if p.crashed {
 				return nil
 			}
@@ -252,19 +252,21 @@ func (s *sim) check(t *testing.T, what string) {
 // TestEraNoFailure: one value everywhere, no error, in 2(n-1) messages
 // per agreement.
 func TestEraNoFailure(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 4, 7, 8, 16, 33} {
-		for seed := uint64(0); seed < 20; seed++ {
-			s := newSim(seed, n, 3)
-			s.run(t, nil)
-			what := fmt.Sprintf("n=%d seed=%d", n, seed)
-			s.check(t, what)
-			for k := range s.vals {
-				if s.procs[0].results[k].failed {
-					t.Fatalf("%s: raised without a failure", what)
+	for _, k := range []int{2, 3, arity} {
+		for _, n := range []int{1, 2, 3, 4, 7, 8, 9, 16, 33, 100} {
+			for seed := uint64(0); seed < 20; seed++ {
+				s := newSim(seed, n, k, 3)
+				s.run(t, nil)
+				what := fmt.Sprintf("k=%d n=%d seed=%d", k, n, seed)
+				s.check(t, what)
+				for k := range s.vals {
+					if s.procs[0].results[k].failed {
+						t.Fatalf("%s: raised without a failure", what)
+					}
 				}
-			}
-			if want := 3 * 2 * (n - 1); s.msgs != want {
-				t.Fatalf("%s: %d messages, want %d", what, s.msgs, want)
+				if want := 3 * 2 * (n - 1); s.msgs != want {
+					t.Fatalf("%s: %d messages, want %d", what, s.msgs, want)
+				}
 			}
 		}
 	}
@@ -275,7 +277,7 @@ func TestEraNoFailure(t *testing.T) {
 func TestEraAcknowledged(t *testing.T) {
 	for seed := uint64(0); seed < 50; seed++ {
 		for _, all := range []bool{true, false} {
-			s := newSim(seed, 8, 2)
+			s := newSim(seed, 8, int(seed%2)*(arity-2)+2, 2)
 			for i := range s.acked {
 				if all || i != 5 {
 					s.acked[i] = []int{3}
@@ -309,8 +311,9 @@ func TestEraFailures(t *testing.T) {
 	for run := 0; run < runs; run++ {
 		seed := uint64(run)
 		rng := rand.New(rand.NewPCG(seed, 11))
-		n := []int{4, 5, 8, 9, 16}[rng.IntN(5)]
-		s := newSim(seed, n, 2+rng.IntN(2))
+		n := []int{4, 5, 8, 9, 16, 20}[rng.IntN(6)]
+		k := []int{2, 3, arity}[rng.IntN(3)]
+		s := newSim(seed, n, k, 2+rng.IntN(2))
 		crashes := map[int]int{}
 		for f := 1 + rng.IntN(3); f > 0; f-- {
 			r := rng.IntN(n)
@@ -323,6 +326,6 @@ func TestEraFailures(t *testing.T) {
 			continue
 		}
 		s.run(t, crashes)
-		s.check(t, fmt.Sprintf("run %d: n=%d crashes %v", run, n, crashes))
+		s.check(t, fmt.Sprintf("run %d: n=%d k=%d crashes %v", run, n, k, crashes))
 	}
 }

@@ -31,7 +31,8 @@ func init() {
 //	before   before they enter the agreement
 //	afterup  once their contribution has gone to their parent
 //	decided  once they hold the decision and have passed it on
-//	before   (shrink) right before they call Shrink
+//	before   (shrink) right before they call Shrink (which agrees on
+//	         the whole context-id mask in this case: see progShrink)
 //	during   (shrink) in its agreement (on the failed group and the
 //	         context id at once), contributed
 const (
@@ -204,6 +205,11 @@ func progShrink(ctx context.Context, ep *fabric.Endpoint) error {
 		die()
 	}
 	victim := slices.Contains(victims, me)
+	if point == "before" {
+		// Agree on the whole context-id mask, as when no id among the
+		// first is free everywhere.
+		idWindow = 0
+	}
 	w.Revoke() // shrink works on a revoked communicator
 	if victim {
 		switch point {
