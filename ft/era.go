@@ -510,14 +510,20 @@ func (e *era) readDead(b []byte, bitmap bool, each func(r int)) bool {
 func (e *era) sendUp(a *agreement, p int) {
 	a.upTo = p
 	e.note(a)
-	flags := byte(0)
-	if a.failed {
-		flags |= flagFailed
-	}
 	b := binary.LittleEndian.AppendUint64(e.buf[:0], a.seq)
 	b = append(b, 0, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint32(b, uint32(a.ackCount))
 	b = binary.LittleEndian.AppendUint64(b, a.ackHash)
+	e.sendValue(a, p, tagUp, b)
+}
+
+// sendValue appends a's gc bound, value and dead set to the message b
+// has begun (its flags byte at 8), and sends it.
+func (e *era) sendValue(a *agreement, dest, tag int, b []byte) {
+	flags := byte(0)
+	if a.failed {
+		flags |= flagFailed
+	}
 	b = binary.LittleEndian.AppendUint64(b, a.gc)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(a.val)))
 	for _, v := range a.val {
@@ -526,7 +532,7 @@ func (e *era) sendUp(a *agreement, p int) {
 	b = e.appendDead(b, &flags, a.dead)
 	b[8] = flags
 	e.buf = b
-	if err := e.send(p, tagUp, b); err != nil && a.err == nil {
+	if err := e.send(dest, tag, b); err != nil && a.err == nil {
 		a.err = err
 	}
 }
@@ -556,23 +562,9 @@ func (e *era) sendDown(a *agreement, dest int) {
 	if dest == e.me {
 		return
 	}
-	flags := byte(0)
-	if a.failed {
-		flags |= flagFailed
-	}
 	b := binary.LittleEndian.AppendUint64(e.buf[:0], a.seq)
 	b = append(b, 0, 0, 0, 0)
-	b = binary.LittleEndian.AppendUint64(b, a.gc)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(a.val)))
-	for _, v := range a.val {
-		b = binary.LittleEndian.AppendUint64(b, v)
-	}
-	b = e.appendDead(b, &flags, a.dead)
-	b[8] = flags
-	e.buf = b
-	if err := e.send(dest, tagDown, b); err != nil && a.err == nil {
-		a.err = err
-	}
+	e.sendValue(a, dest, tagDown, b)
 }
 
 func (e *era) decodeDown(m []byte) (downMsg, bool) {

@@ -96,7 +96,7 @@ CGO_ENABLED=0 go build -o bin/rxevm ./cmd/rxevm
 # kernel console's last lines (and boots again, once, a guest that has not
 # started the command within 3m); go test kills rxevm at 13m, its
 # -timeout plus a minute.
-vm_pkgs=$(go list $(grep -rl --include='*_test.go' --exclude-dir=lab 'testutil\.RXEDevices' . | xargs -n1 dirname | sort -u))
+vm_pkgs=$(go list $(grep -rl --include='*_test.go' --exclude-dir=lab -e 'testutil\.RXEDevices' -e 'testutil\.ProviderEnv' . | xargs -n1 dirname | sort -u))
 topology=${RIVET_TOPOLOGY:-rxe2}
 RIVET_REQUIRE_RDMA=1 go test -count=1 -p 1 -v -timeout 12m -skip '^TestHost' \
 	-exec "$PWD/bin/rxevm -v -topology $topology -timeout 12m40s" $vm_pkgs 2>&1 |

@@ -12,21 +12,10 @@ import (
 	"github.com/rivet-hpc/rivet/internal/jobtest"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv("RIVET_EXAMPLE_CHILD") == "1" {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := run(ctx); err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { jobtest.ExampleMain(m, run) }
 
 func TestFourRanks(t *testing.T) {
-	out, errs, st := jobtest.Job(t, 4, false, "RIVET_EXAMPLE_CHILD=1")
+	out, errs, st := jobtest.Job(t, 4, false, jobtest.ExampleChild)
 	if st != 0 || !strings.Contains(out, "[0] 4 ranks via pmi-2: token 6, sums [6 4 14]") {
 		t.Fatalf("status %d\n%s\n%s", st, out, errs)
 	}

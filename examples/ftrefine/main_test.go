@@ -3,54 +3,31 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rivet-hpc/rivet/examples/internal/inject"
 	"github.com/rivet-hpc/rivet/internal/jobtest"
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv("RIVET_EXAMPLE_CHILD") == "1" {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := run(ctx); err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { jobtest.ExampleMain(m, run) }
 
 // TestRefine: 6 ranks; world rank 5 dies at iteration 4, rank 1 at 9.
 // The survivors converge together: the largest norm is the highest
 // survivor's (rank 4: 5/2^k), below epsilon from iteration 23 on (24
 // for a process that got one allreduce further before it heard).
 func TestRefine(t *testing.T) {
-	out, errs, st := jobtest.Job(t, 6, true, append(strings.Fields(provider(t)), "RIVET_EXAMPLE_CHILD=1")...)
+	out, errs, st := jobtest.Job(t, 6, true, append(testutil.ProviderEnv(t), jobtest.ExampleChild)...)
 	if st != 0 || strings.Count(out, "converged at iteration 23 on 6 processes after 0 recoveries") != 6 {
 		t.Fatalf("no failure: status %d\n%s\n%s", st, out, errs)
 	}
-	out, errs, _ = jobtest.Job(t, 6, true, append(strings.Fields(provider(t)), "RIVET_EXAMPLE_CHILD=1", inject.Env+"=5:iter4,1:iter9")...)
+	out, errs, _ = jobtest.Job(t, 6, true, append(testutil.ProviderEnv(t), jobtest.ExampleChild, inject.Env+"=5:iter4,1:iter9")...)
 	for _, r := range []int{0, 2, 3, 4} {
 		if !strings.Contains(out, fmt.Sprintf("[%d] converged at iteration 23 on 4 processes after 2 recoveries", r)) &&
 			!strings.Contains(out, fmt.Sprintf("[%d] converged at iteration 24 on 4 processes after 2 recoveries", r)) {
 			t.Fatalf("rank %d:\n%s\n%s", r, out, errs)
 		}
 	}
-}
-
-// provider is the provider the example runs over: shared memory on the
-// host, verbs in the soft-RoCE VM.
-func provider(t *testing.T) string {
-	if os.Getenv("RIVET_RXE_DEVICES") == "" && os.Getenv(testutil.RequireEnv) != "1" {
-		return "RIVET_PROVIDER=shm"
-	}
-	return "RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=" + testutil.RXEDevices(t)[0]
 }

@@ -70,3 +70,24 @@ func jobOK(t testing.TB, o launch.Options) string {
 	}
 	return out
 }
+
+// ExampleChild marks the ranks of a job an example's test started.
+const ExampleChild = "RIVET_EXAMPLE_CHILD=1"
+
+// ExampleMain is the TestMain of an example's tests: in a rank of a job
+// the test started (ExampleChild in its environment) it runs the
+// example's run, bounded by a minute, and exits with its outcome;
+// otherwise it runs the tests.
+func ExampleMain(m *testing.M, run func(context.Context) error) {
+	if os.Getenv("RIVET_EXAMPLE_CHILD") == "1" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := run(ctx)
+		cancel()
+		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}

@@ -127,3 +127,15 @@ func LookTool(t testing.TB, name, pkg string) string {
 	}
 	return p
 }
+
+// ProviderEnv is the environment that makes a job's ranks use the
+// provider a test runs over where it runs: shared memory on a host;
+// verbs alone (every peer over RDMA loopback, on the first soft-RoCE
+// device) in the VM. (scripts/test.sh runs the packages whose tests call
+// it, or RXEDevices, in the VM.)
+func ProviderEnv(t testing.TB) []string {
+	if os.Getenv("RIVET_RXE_DEVICES") == "" && os.Getenv(RequireEnv) != "1" {
+		return []string{"RIVET_PROVIDER=shm"}
+	}
+	return []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + RXEDevices(t)[0]}
+}
