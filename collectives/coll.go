@@ -69,10 +69,7 @@ func wait(ctx context.Context, c *fabric.Comm, r fabric.Request, err error) erro
 	if err == nil {
 		_, err = r.Wait(ctx)
 	}
-	if c == nil {
-		return err
-	}
-	return c.Uniform(ctx, err)
+	return c.Uniform(ctx, err) // (nil c: err)
 }
 
 // nonblocking refuses a nonblocking collective on a communicator whose

@@ -46,7 +46,7 @@ type Comm struct {
 	acked     int                      // failures of members acknowledged (AckFailed); under e.mu
 
 	errRange   ErrorRange   // SetErrorRange; under e.mu
-	errUniform ErrorUniform // SetErrorUniform; under e.mu
+	errUniform atomic.Int32 // an ErrorUniform (SetErrorUniform); read by every blocking collective, so not under e.mu
 	ft         ftState      // the fault-tolerance channel (SetFTHandler, SendFT)
 	revoked    atomic.Bool  // set under e.mu (revoke)
 	revokeHops int          // the fewest hops a revoke notice came in: 0 revoked here, -1 none (learned from an operation); under e.mu

@@ -85,7 +85,7 @@ func (c *Comm) SetFTHandler(h FTHandler) error {
 // the handler hears of the failure (FTFailed). It may be called from an
 // FTHandler, and keeps working after Free (see Comm.Free).
 func (c *Comm) SendFT(dest, tag int, payload []byte) error {
-	if c == nil || c.rank < 0 {
+	if c == nil {
 		// (A freed communicator's channel still sends: see retire.)
 		return c.invalid()
 	}

@@ -109,9 +109,7 @@ func (c *Comm) SetErrorUniform(u ErrorUniform) error {
 	default:
 		return fmt.Errorf("%w: error uniformity %d", ErrInvalid, int(u))
 	}
-	c.e.mu.Lock()
-	c.errUniform = u
-	c.e.mu.Unlock()
+	c.errUniform.Store(int32(u))
 	return nil
 }
 
@@ -120,9 +118,7 @@ func (c *Comm) ErrorUniform() ErrorUniform {
 	if c == nil {
 		return UniformLocal
 	}
-	c.e.mu.Lock()
-	defer c.e.mu.Unlock()
-	return c.errUniform
+	return ErrorUniform(c.errUniform.Load())
 }
 
 // SetInfo sets an info key of c by its MPI name and value

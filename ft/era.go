@@ -127,9 +127,9 @@ type era struct {
 
 // arity is the agreement tree's: each process gathers from up to 8
 // children, so up to 9 processes it is a star (one hop up, one down), and
-// 4096 are 4 levels deep. A binary tree (ERA's default) takes more hops,
-// and on a node each hop is a turn of the scheduler (docs/ft.md has the
-// measurement).
+// 4096 are 4 levels deep — fewer hops than ERA's default binary tree.
+// (On a node, with more ranks than CPUs, the two measured alike: there
+// an agreement's time goes to waiting for CPUs, docs/performance.md.)
 const arity = 8
 
 func newEra(n, me int, send func(dest, tag int, payload []byte) error) *era {
@@ -140,7 +140,7 @@ func newEraK(n, me, k int, send func(dest, tag int, payload []byte) error) *era 
 	return &era{n: n, me: me, k: k, send: send, failed: make([]bool, n), next: 1, recs: map[uint64]*agreement{}, gcBelow: 1}
 }
 
-// The tree. Ranks are tree indices: the parent of i is (i-1)/2.
+// The tree. Ranks are tree indices: the parent of i is (i-1)/k.
 
 // ancestor is i's nearest ancestor not known failed, or -1.
 func (e *era) ancestor(i int) int {

@@ -357,16 +357,19 @@ func TestHostBenchFTDetect(t *testing.T) {
 }
 
 // TestHostBenchFTRecover: rivet bench ft_recover prints a row per
-// operation — revoke beside barrier, allreduce and dup — OSU's way.
+// operation — agree, iagree, shrink, revoke and shrink after a failure
+// beside barrier, allreduce and dup — OSU's way.
 func TestHostBenchFTRecover(t *testing.T) {
-	out, errs, st := rivet("bench", "-np", "3", "ft_recover", "-i", "20", "-x", "2")
+	// With -failure the last rank dies after the other rows, and the job
+	// (launched fault tolerant) still succeeds.
+	out, errs, st := rivet("bench", "-np", "3", "ft_recover", "-i", "20", "-x", "2", "-failure")
 	if st != 0 {
 		t.Fatalf("status %d\n%s\n%s", st, out, errs)
 	}
 	if !strings.Contains(out, "# Rivet Fault-Tolerance Recovery Test: 3 ranks\n") {
 		t.Errorf("output:\n%s", out)
 	}
-	for _, row := range []string{"barrier", `allreduce \(4 B\)`, "comm dup", "revoke"} {
+	for _, row := range []string{"barrier", `allreduce \(4 B\)`, "comm dup", "agree", "iagree", "shrink", "revoke", `shrink \(1 failed\)`} {
 		if !regexp.MustCompile(`\n` + row + ` +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +20\n`).MatchString(out) {
 			t.Errorf("no %s row in\n%s", row, out)
 		}
