@@ -160,16 +160,19 @@ func Open(path string, nlocal int) ([]byte, error) {
 func Sweep() {
 	names, _ := filepath.Glob("/dev/shm/rivet-*")
 	for _, n := range names {
-		m := nameRE.FindStringSubmatch(n)
-		if m == nil {
-			continue
-		}
-		pid, err := strconv.Atoi(m[1])
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if unix.Kill(pid, 0) == unix.ESRCH {
+		if Orphaned(n) {
 			os.Remove(n)
 		}
 	}
+}
+
+// Orphaned reports whether the segment named name was made by a process
+// that is dead (and not by some other program's file of that name).
+func Orphaned(name string) bool {
+	m := nameRE.FindStringSubmatch(name)
+	if m == nil {
+		return false
+	}
+	pid, err := strconv.Atoi(m[1])
+	return err == nil && pid > 0 && unix.Kill(pid, 0) == unix.ESRCH
 }
