@@ -72,16 +72,6 @@ func wait(ctx context.Context, c *fabric.Comm, r fabric.Request, err error) erro
 	return c.Uniform(ctx, err) // (nil c: err)
 }
 
-// nonblocking refuses a nonblocking collective on a communicator whose
-// error uniformity covers collectives: its completion would have to
-// agree with the other members', which Rivet does not do yet.
-func nonblocking(c *fabric.Comm) error {
-	if c != nil && c.ErrorUniform() != fabric.UniformLocal {
-		return fmt.Errorf("%w: a nonblocking collective on a communicator with error uniformity %v (blocking collectives are uniform)", fabric.ErrNotSupported, c.ErrorUniform())
-	}
-	return nil
-}
-
 func countErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrCount}, args...)...)
 }
@@ -99,10 +89,12 @@ func Barrier(ctx context.Context, c *fabric.Comm) error {
 
 // Ibarrier is the nonblocking Barrier.
 func Ibarrier(c *fabric.Comm) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return ibarrier(c)
+	r, err := ibarrier(c)
+	return c.UniformRequest(u, r, err)
 }
 
 func ibarrier(c *fabric.Comm) (fabric.Request, error) {
@@ -134,10 +126,12 @@ func Bcast[T any](ctx context.Context, c *fabric.Comm, buf []T, root int) error 
 
 // Ibcast is the nonblocking Bcast.
 func Ibcast[T any](c *fabric.Comm, buf []T, root int) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return ibcast(c, buf, root)
+	r, err := ibcast(c, buf, root)
+	return c.UniformRequest(u, r, err)
 }
 
 func ibcast[T any](c *fabric.Comm, buf []T, root int) (fabric.Request, error) {
@@ -167,10 +161,12 @@ func Reduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[
 
 // Ireduce is the nonblocking Reduce.
 func Ireduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T], root int) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return ireduce(c, send, recv, o, root)
+	r, err := ireduce(c, send, recv, o, root)
+	return c.UniformRequest(u, r, err)
 }
 
 func ireduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T], root int) (fabric.Request, error) {
@@ -230,10 +226,12 @@ func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.
 // next starts; MPI does not match blocking and nonblocking collectives
 // with each other, so the two may differ.)
 func Iallreduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return iallreduce(context.Background(), c, send, recv, o, false)
+	r, err := iallreduce(context.Background(), c, send, recv, o, false)
+	return c.UniformRequest(u, r, err)
 }
 
 // iallreduce starts an allreduce; a blocking one (ctx is its caller's)
@@ -312,10 +310,12 @@ func Gather[T any](ctx context.Context, c *fabric.Comm, send, recv []T, root int
 
 // Igather is the nonblocking Gather.
 func Igather[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return igather(c, send, recv, root)
+	r, err := igather(c, send, recv, root)
+	return c.UniformRequest(u, r, err)
 }
 
 func igather[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
@@ -395,10 +395,12 @@ func Gatherv[T any](ctx context.Context, c *fabric.Comm, send, recv []T, counts,
 
 // Igatherv is the nonblocking Gatherv.
 func Igatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int, root int) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return igatherv(c, send, recv, counts, displs, root)
+	r, err := igatherv(c, send, recv, counts, displs, root)
+	return c.UniformRequest(u, r, err)
 }
 
 func igatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int, root int) (fabric.Request, error) {
@@ -433,10 +435,12 @@ func Scatter[T any](ctx context.Context, c *fabric.Comm, send, recv []T, root in
 
 // Iscatter is the nonblocking Scatter.
 func Iscatter[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return iscatter(c, send, recv, root)
+	r, err := iscatter(c, send, recv, root)
+	return c.UniformRequest(u, r, err)
 }
 
 func iscatter[T any](c *fabric.Comm, send, recv []T, root int) (fabric.Request, error) {
@@ -483,10 +487,12 @@ func Scatterv[T any](ctx context.Context, c *fabric.Comm, send []T, counts, disp
 
 // Iscatterv is the nonblocking Scatterv.
 func Iscatterv[T any](c *fabric.Comm, send []T, counts, displs []int, recv []T, root int) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return iscatterv(c, send, counts, displs, recv, root)
+	r, err := iscatterv(c, send, counts, displs, recv, root)
+	return c.UniformRequest(u, r, err)
 }
 
 func iscatterv[T any](c *fabric.Comm, send []T, counts, displs []int, recv []T, root int) (fabric.Request, error) {
@@ -521,10 +527,12 @@ func Allgather[T any](ctx context.Context, c *fabric.Comm, send, recv []T) error
 
 // Iallgather is the nonblocking Allgather.
 func Iallgather[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return iallgather(c, send, recv)
+	r, err := iallgather(c, send, recv)
+	return c.UniformRequest(u, r, err)
 }
 
 func iallgather[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
@@ -566,10 +574,12 @@ func Allgatherv[T any](ctx context.Context, c *fabric.Comm, send, recv []T, coun
 
 // Iallgatherv is the nonblocking Allgatherv.
 func Iallgatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return iallgatherv(c, send, recv, counts, displs)
+	r, err := iallgatherv(c, send, recv, counts, displs)
+	return c.UniformRequest(u, r, err)
 }
 
 func iallgatherv[T any](c *fabric.Comm, send, recv []T, counts, displs []int) (fabric.Request, error) {
@@ -601,10 +611,12 @@ func Alltoall[T any](ctx context.Context, c *fabric.Comm, send, recv []T) error 
 
 // Ialltoall is the nonblocking Alltoall.
 func Ialltoall[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return ialltoall(c, send, recv)
+	r, err := ialltoall(c, send, recv)
+	return c.UniformRequest(u, r, err)
 }
 
 func ialltoall[T any](c *fabric.Comm, send, recv []T) (fabric.Request, error) {
@@ -640,10 +652,12 @@ func Alltoallv[T any](ctx context.Context, c *fabric.Comm, send []T, scounts, sd
 
 // Ialltoallv is the nonblocking Alltoallv.
 func Ialltoallv[T any](c *fabric.Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return ialltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls)
+	r, err := ialltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls)
+	return c.UniformRequest(u, r, err)
 }
 
 func ialltoallv[T any](c *fabric.Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (fabric.Request, error) {
@@ -684,10 +698,12 @@ func ReduceScatter[T any](ctx context.Context, c *fabric.Comm, send, recv []T, c
 
 // IreduceScatter is the nonblocking ReduceScatter.
 func IreduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, o op.Op[T]) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return ireduceScatter(c, send, recv, counts, o)
+	r, err := ireduceScatter(c, send, recv, counts, o)
+	return c.UniformRequest(u, r, err)
 }
 
 func ireduceScatter[T any](c *fabric.Comm, send, recv []T, counts []int, o op.Op[T]) (fabric.Request, error) {
@@ -748,10 +764,12 @@ func ReduceScatterBlock[T any](ctx context.Context, c *fabric.Comm, send, recv [
 
 // IreduceScatterBlock is the nonblocking ReduceScatterBlock.
 func IreduceScatterBlock[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return ireduceScatterBlock(c, send, recv, o)
+	r, err := ireduceScatterBlock(c, send, recv, o)
+	return c.UniformRequest(u, r, err)
 }
 
 func ireduceScatterBlock[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
@@ -775,10 +793,12 @@ func Scan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]
 
 // Iscan is the nonblocking Scan.
 func Iscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return iscan(c, send, recv, o)
+	r, err := iscan(c, send, recv, o)
+	return c.UniformRequest(u, r, err)
 }
 
 func iscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
@@ -794,10 +814,12 @@ func Exscan[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[
 
 // Iexscan is the nonblocking Exscan.
 func Iexscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {
-	if err := nonblocking(c); err != nil {
+	u, err := c.ReserveUniform()
+	if err != nil {
 		return fabric.Request{}, err
 	}
-	return iexscan(c, send, recv, o)
+	r, err := iexscan(c, send, recv, o)
+	return c.UniformRequest(u, r, err)
 }
 
 func iexscan[T any](c *fabric.Comm, send, recv []T, o op.Op[T]) (fabric.Request, error) {

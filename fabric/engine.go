@@ -220,6 +220,9 @@ func (e *engine) peerError(comm *Comm, peer int, cause error) error {
 func (e *engine) finish(r *op, err error) {
 	r.err = err
 	r.state = stDone
+	if r.contrib != nil {
+		r.contrib.Contribute(flagOf(err))
+	}
 	if r.orphan {
 		e.release(r)
 	}
@@ -449,10 +452,10 @@ func (e *engine) wait(ctx context.Context, r *op) error {
 func (e *engine) waitLocked(ctx context.Context, r *op) error {
 	w := waiter{e: e, ctx: ctx}
 	for {
-		if r.state != stDone {
+		if !r.over() {
 			w.round()
 		}
-		if r.state == stDone {
+		if r.over() {
 			return nil
 		}
 		if e.closed {

@@ -39,10 +39,10 @@ const (
 	// UniformLocal: a collective may raise at some members and succeed
 	// at others (the default).
 	UniformLocal ErrorUniform = iota
-	// UniformColl: every blocking collective of package collectives
-	// raises at all members or at none: each ends with an agreement, so
-	// each synchronizes. Nonblocking collectives are refused
-	// (ErrNotSupported).
+	// UniformColl: every collective of package collectives raises at
+	// all members or at none: each ends with an agreement, so each
+	// synchronizes; a nonblocking one's request completes once the
+	// agreement is decided (see Comm.UniformRequest).
 	UniformColl
 	// UniformCreate: so does every communicator creation (Dup, Split,
 	// Create). Free is local and never raises a failure error, so it is

@@ -50,6 +50,11 @@ type op struct {
 	sched  *Schedule // reqSched: the schedule this op completes
 	next   *op
 	prev   *op
+
+	// A nonblocking collective on a communicator with uniform errors
+	// (Comm.UniformRequest): done once contrib is decided too.
+	contrib Contribution
+	ucomm   *Comm
 }
 
 const (
@@ -79,9 +84,13 @@ func (r *Request) live() bool { return r.op.gen == r.gen }
 func (r *Request) IsNull() bool { return r.op == nil }
 
 // complete takes a finished operation's outcome, returns the op to the
-// pool and nulls the handle; call with e.mu held.
+// pool and nulls the handle; call with e.mu held (a uniform operation's
+// settling releases it meanwhile).
 func (r *Request) complete() (Status, error) {
 	o := r.op
+	if o.contrib != nil {
+		o.e.settle(o)
+	}
 	st, err := o.status, o.err
 	if o.kind == reqSched {
 		o.e.recycle(o.sched)
@@ -107,7 +116,7 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 		*r = Request{}
 		return Status{}, ErrRequestDone
 	}
-	if r.op.state == stDone { // already complete: one lock round trip
+	if r.op.over() { // already complete: one lock round trip
 		defer e.mu.Unlock()
 		return r.complete()
 	}
@@ -115,7 +124,7 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	werr := e.wait(ctx, r.op)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r.op.state != stDone {
+	if !r.op.over() {
 		return Status{}, werr
 	}
 	st, err := r.complete()
@@ -139,9 +148,9 @@ func (r *Request) Test() (Status, bool, error) {
 		*r = Request{}
 		return Status{}, true, ErrRequestDone
 	}
-	if r.op.state != stDone {
+	if !r.op.over() {
 		e.progress()
-		if r.op.state != stDone {
+		if !r.op.over() {
 			return Status{}, false, nil
 		}
 	}
@@ -259,7 +268,13 @@ func WaitAll(ctx context.Context, reqs []Request, statuses []Status) error {
 // over reports whether r needs no more waiting: null, completed through
 // another copy, or done; call with e.mu held.
 func (r *Request) over() bool {
-	return r.op == nil || !r.live() || r.op.state == stDone
+	return r.op == nil || !r.live() || r.op.over()
+}
+
+// over reports whether r is complete: done, and for a uniform operation
+// its agreement decided. With e.mu held.
+func (r *op) over() bool {
+	return r.state == stDone && (r.contrib == nil || r.contrib.Decided())
 }
 
 // WaitAny waits until one of reqs completes, leaves it null and returns

@@ -9,20 +9,41 @@ import (
 	"sync/atomic"
 )
 
-// AgreeFunc is an agreement on c: the bitwise AND of every contributing
-// member's flag, with an error matching ErrProcFailed at every member
-// alike when a member failed unacknowledged (package ft's Agree).
-type AgreeFunc func(ctx context.Context, c *Comm, flag int) (int, error)
+// An Agreement is the agreement the error-uniformity keys use: package
+// ft's, registered by SetAgreement. This package cannot import ft, which
+// is built on it.
+type Agreement interface {
+	// Agree is the bitwise AND of every contributing member's flag, with
+	// an error matching ErrProcFailed at every member alike when a member
+	// failed unacknowledged (ft.Agree).
+	Agree(ctx context.Context, c *Comm, flag int) (int, error)
+	// Reserve takes c's next agreement now, for a flag given later: a
+	// nonblocking collective's outcome, known when it completes — in
+	// another order at each member, while they start them in one order.
+	Reserve(c *Comm) (Contribution, error)
+}
 
-// agreement is package ft's, registered by SetAgreement: this package
-// cannot import ft, which is built on it.
-var agreement atomic.Pointer[AgreeFunc]
+// A Contribution is this process's part in an agreement taken by
+// Agreement.Reserve.
+type Contribution interface {
+	// Contribute gives the flag. It is called once, with c's engine
+	// locked (as FTHandler's methods are), and does not block.
+	Contribute(flag int)
+	// Decided reports whether the agreement is decided; with the engine
+	// locked.
+	Decided() bool
+	// Wait waits for the decision, without the engine locked, and
+	// returns what Agree would.
+	Wait(ctx context.Context) (int, error)
+}
+
+var agreement atomic.Pointer[Agreement]
 
 // SetAgreement registers the agreement the error-uniformity keys use;
 // package ft calls it when it is initialized.
-func SetAgreement(f AgreeFunc) {
-	if f != nil {
-		agreement.Store(&f)
+func SetAgreement(a Agreement) {
+	if a != nil {
+		agreement.Store(&a)
 	}
 }
 
@@ -42,26 +63,90 @@ func (c *Comm) Uniform(ctx context.Context, err error) error {
 }
 
 func (c *Comm) uniform(ctx context.Context, err error) error {
-	f := agreement.Load()
-	if f == nil {
+	a := agreement.Load()
+	if a == nil {
 		return err
 	}
-	flag := 1
+	v, aerr := (*a).Agree(ctx, c, flagOf(err))
+	return uniformOutcome(c.ErrorUniform(), err, v, aerr)
+}
+
+func flagOf(err error) int {
 	if err != nil {
-		flag = 0
+		return 0
 	}
-	v, aerr := (*f)(ctx, c, flag)
+	return 1
+}
+
+// uniformOutcome is an operation's outcome once its members agreed on
+// it: err is the local outcome, v and aerr the agreement's.
+func uniformOutcome(u ErrorUniform, err error, v int, aerr error) error {
 	switch {
 	case aerr != nil && !errors.Is(aerr, ErrProcFailed):
 		return aerr // ctx ended: the outcome is not known to be uniform
 	case err != nil:
 		return err
 	case aerr != nil:
-		return fmt.Errorf("%w (error uniformity %v)", aerr, c.ErrorUniform())
+		return fmt.Errorf("%w (error uniformity %v)", aerr, u)
 	case v == 0:
-		return fmt.Errorf("%w: the operation failed at another member (error uniformity %v)", ErrProcFailed, c.ErrorUniform())
+		return fmt.Errorf("%w: the operation failed at another member (error uniformity %v)", ErrProcFailed, u)
 	}
 	return nil
+}
+
+// ReserveUniform is, on a communicator whose error uniformity covers
+// collectives, the agreement a nonblocking collective about to start
+// will complete with (see UniformRequest); on others it is nil. Members
+// must call it in the same order as they start their collectives, just
+// before each.
+func (c *Comm) ReserveUniform() (Contribution, error) {
+	if c == nil || c.ErrorUniform() == UniformLocal {
+		return nil, nil
+	}
+	a := agreement.Load()
+	if a == nil {
+		return nil, nil
+	}
+	return (*a).Reserve(c)
+}
+
+// UniformRequest ties the request of a nonblocking collective on c, and
+// the error of its start, to the agreement ReserveUniform took for it
+// (nil: it returns r and err as they are). The collective's outcome at
+// this process is this process's flag, given as soon as it completes —
+// in the fabric's progress, whether or not anyone waits on it; the
+// request completes once the members have agreed, with an error at every
+// member or at none, as Uniform's. A start that failed gives its flag at
+// once and returns its error.
+func (c *Comm) UniformRequest(con Contribution, r Request, err error) (Request, error) {
+	if con == nil {
+		return r, err
+	}
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil || r.op == nil || !r.live() {
+		con.Contribute(flagOf(err))
+		return r, err
+	}
+	o := r.op
+	o.contrib, o.ucomm = con, c
+	if o.state == stDone {
+		con.Contribute(flagOf(o.err))
+	}
+	return r, nil
+}
+
+// settle gives a completed uniform operation the outcome its members
+// agreed on. Call with e.mu held, the agreement decided; it releases
+// e.mu meanwhile (taking in the agreement's failures takes it).
+func (e *engine) settle(o *op) {
+	con := o.contrib
+	o.contrib = nil
+	e.mu.Unlock()
+	v, aerr := con.Wait(context.Background()) // decided: at once
+	e.mu.Lock()
+	o.err = uniformOutcome(o.ucomm.ErrorUniform(), o.err, v, aerr)
 }
 
 // uniformCreate makes a communicator creation's outcome uniform when c's

@@ -194,6 +194,13 @@ func (h *handler) enter(val []uint64, ops []combOp, acked []int) *agreement {
 	return h.e.enter(val, ops, acked)
 }
 
+// enterAt enters the agreement reserved as seq.
+func (h *handler) enterAt(seq uint64, val []uint64, ops []combOp, acked []int) *agreement {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.e.enterAt(seq, val, ops, acked)
+}
+
 // wait makes progress until a is decided and returns its value.
 func (h *handler) wait(ctx context.Context, a *agreement) ([]uint64, error) {
 	var err error
@@ -251,7 +258,54 @@ var testHookWait func(seq uint64, state, words int)
 // agreement's decision.
 var errAgreedFailed = errors.New("ft: failed, as an agreement decided")
 
+// uniformity is the agreement of package fabric's error-uniformity keys.
+type uniformity struct{}
+
+func (uniformity) Agree(ctx context.Context, c *fabric.Comm, flag int) (int, error) {
+	return Agree(ctx, c, flag)
+}
+
+func (uniformity) Reserve(c *fabric.Comm) (fabric.Contribution, error) {
+	h, err := handlerOf(c)
+	if err != nil {
+		return nil, err
+	}
+	acked := ackedRanks(c)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return &contribution{r: AgreeRequest{h: h}, seq: h.e.reserve(), acked: acked}, nil
+}
+
+// contribution is a reserved agreement, a BAnd of flags, whose flag
+// comes at a nonblocking collective's completion. The failures it
+// acknowledges are those acknowledged when the collective started.
+type contribution struct {
+	r     AgreeRequest
+	seq   uint64
+	acked []int
+}
+
+func (x *contribution) Contribute(flag int) {
+	x.r.a = x.r.h.enterAt(x.seq, []uint64{uint64(int64(flag))}, []combOp{opAnd}, x.acked)
+}
+
+func (x *contribution) Decided() bool {
+	if x.r.a == nil {
+		return false
+	}
+	x.r.h.mu.Lock()
+	defer x.r.h.mu.Unlock()
+	return x.r.a.state == stDecided || x.r.a.err != nil
+}
+
+func (x *contribution) Wait(ctx context.Context) (int, error) {
+	if x.r.a == nil {
+		return 0, fmt.Errorf("%w: ft: an agreement waited for before its contribution", fabric.ErrInvalid)
+	}
+	return x.r.Wait(ctx)
+}
+
 // The error-uniformity keys of package fabric agree with Agree.
 func init() {
-	fabric.SetAgreement(func(ctx context.Context, c *fabric.Comm, flag int) (int, error) { return Agree(ctx, c, flag) })
+	fabric.SetAgreement(uniformity{})
 }

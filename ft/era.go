@@ -232,8 +232,20 @@ func ackKey(acked []int) (int, uint64) {
 // the combining operation of each word (the same at every process), and
 // the failures it acknowledges (comm ranks).
 func (e *era) enter(val []uint64, ops []combOp, acked []int) *agreement {
-	a := e.rec(e.next)
+	return e.enterAt(e.reserve(), val, ops, acked)
+}
+
+// reserve takes the next agreement's seq for a contribution made later
+// (enterAt): members reserve in one order and may enter in another.
+func (e *era) reserve() uint64 {
+	seq := e.next
 	e.next++
+	return seq
+}
+
+// enterAt is enter for the reserved agreement seq.
+func (e *era) enterAt(seq uint64, val []uint64, ops []combOp, acked []int) *agreement {
+	a := e.rec(seq)
 	a.state = stGathering
 	a.ops = ops
 	a.val = slices.Clone(val)

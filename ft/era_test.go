@@ -26,11 +26,12 @@ type simMsg struct {
 type simProc struct {
 	e       *era
 	crashed bool
-	knows   []bool // learned of rank r's failure
-	round   int    // the agreement it is in (index into vals)
-	a       *agreement
-	entered bool
-	results []simResult
+	knows   []bool             // learned of rank r's failure
+	seqs    []uint64           // by round: the agreement reserved for it
+	entered []bool             // by round
+	open    map[int]*agreement // by round: entered, not decided
+	ndone   int                // rounds decided
+	results []simResult        // by round
 }
 
 type simResult struct {
@@ -48,10 +49,18 @@ type sim struct {
 	acked  [][]int             // by rank: acknowledged failures (same every round)
 	early  []bool              // failed before the first agreement
 	msgs   int
+	// Out of order: every process reserves every round's agreement
+	// first (as nonblocking collectives do when they start) and enters
+	// them in a random order, several at a time (as they complete).
+	ooo bool
 }
 
 func newSim(seed uint64, n, k, rounds int) *sim {
-	s := &sim{rng: rand.New(rand.NewPCG(seed, 7)), n: n, queues: map[[2]int][]simMsg{}}
+	return newSimOrder(seed, n, k, rounds, false)
+}
+
+func newSimOrder(seed uint64, n, k, rounds int, ooo bool) *sim {
+	s := &sim{rng: rand.New(rand.NewPCG(seed, 7)), n: n, queues: map[[2]int][]simMsg{}, ooo: ooo}
 	for k := 0; k < rounds; k++ {
 		v := make([]uint64, n)
 		for i := range v {
@@ -62,7 +71,7 @@ func newSim(seed uint64, n, k, rounds int) *sim {
 	s.early = make([]bool, n)
 	s.acked = make([][]int, n)
 	for i := 0; i < n; i++ {
-		p := &simProc{knows: make([]bool, n)}
+		p := &simProc{knows: make([]bool, n), entered: make([]bool, rounds), open: map[int]*agreement{}, results: make([]simResult, rounds)}
 		src := i
 		p.e = newEraK(n, i, k, func(dst, tag int, b []byte) error {
 			if p.crashed {
@@ -73,6 +82,9 @@ func newSim(seed uint64, n, k, rounds int) *sim {
 			s.msgs++
 			return nil
 		})
+		for range rounds {
+			p.seqs = append(p.seqs, p.e.reserve())
+		}
 		s.procs = append(s.procs, p)
 	}
 	return s
@@ -103,8 +115,13 @@ func (s *sim) run(t *testing.T, crashes map[int]int) {
 			if p.crashed {
 				continue
 			}
-			if !p.entered && p.round < len(s.vals) {
-				evs = append(evs, func() { s.enter(i) })
+			for r := range s.vals {
+				if !p.entered[r] {
+					evs = append(evs, func() { s.enter(i, r) })
+				}
+				if !s.ooo && (!p.entered[r] || len(p.open) > 0) {
+					break // one at a time, in order
+				}
 			}
 			for r := 0; r < s.n; r++ {
 				if s.procs[r].crashed && !p.knows[r] {
@@ -123,8 +140,8 @@ func (s *sim) run(t *testing.T, crashes map[int]int) {
 		}
 		if len(evs) == 0 {
 			for i, p := range s.procs {
-				if !p.crashed && p.round < len(s.vals) {
-					t.Fatalf("rank %d stuck in agreement %d, with nothing left to happen: %s", i, p.round, s.state())
+				if !p.crashed && p.ndone < len(s.vals) {
+					t.Fatalf("rank %d stuck with %d of %d agreements decided, with nothing left to happen: %s", i, p.ndone, len(s.vals), s.state())
 				}
 			}
 			return
@@ -133,24 +150,24 @@ func (s *sim) run(t *testing.T, crashes map[int]int) {
 	}
 }
 
-func (s *sim) enter(i int) {
+func (s *sim) enter(i, r int) {
 	p := s.procs[i]
-	p.entered = true
+	p.entered[r] = true
 	ops := []combOp{opAnd}
-	p.a = p.e.enter([]uint64{s.vals[p.round][i]}, ops, s.acked[i])
+	p.open[r] = p.e.enterAt(p.seqs[r], []uint64{s.vals[r][i]}, ops, s.acked[i])
 	s.collect(i)
 }
 
-// collect records a decided agreement and moves the process on.
+// collect records decided agreements.
 func (s *sim) collect(i int) {
 	p := s.procs[i]
-	if p.a == nil || p.a.state != stDecided {
-		return
+	for r, a := range p.open {
+		if a.state == stDecided {
+			p.results[r] = simResult{a.val[0], a.failed, slices.Clone(a.dead)}
+			delete(p.open, r)
+			p.ndone++
+		}
 	}
-	p.results = append(p.results, simResult{p.a.val[0], p.a.failed, slices.Clone(p.a.dead)})
-	p.a = nil
-	p.entered = false
-	p.round++
 }
 
 func (s *sim) deliver(k [2]int) {
@@ -168,11 +185,11 @@ func (s *sim) deliver(k [2]int) {
 func (s *sim) state() string {
 	var b []byte
 	for i, p := range s.procs {
-		st := -1
-		if p.a != nil {
-			st = p.a.state
+		open := map[int]int{}
+		for r, a := range p.open {
+			open[r] = a.state
 		}
-		b = fmt.Appendf(b, "\n  %d: crashed %v round %d state %d knows %v parent %d", i, p.crashed, p.round, st, p.knows, p.e.parent(i))
+		b = fmt.Appendf(b, "\n  %d: crashed %v decided %d open (round: state) %v knows %v parent %d", i, p.crashed, p.ndone, open, p.knows, p.e.parent(i))
 	}
 	return string(b)
 }
@@ -241,9 +258,14 @@ func (s *sim) check(t *testing.T, what string) {
 			}
 		}
 	}
-	// What is kept for late requests is forgotten in time.
+	// What is kept for late requests is forgotten in time. (Entered out
+	// of order, an agreement may carry an older bound.)
+	keep := 2
+	if s.ooo {
+		keep = len(s.vals)
+	}
 	for _, i := range live {
-		if n := len(s.procs[i].e.recs); n > 2 {
+		if n := len(s.procs[i].e.recs); n > keep {
 			t.Fatalf("%s: rank %d still holds %d agreements", what, i, n)
 		}
 	}
@@ -327,5 +349,42 @@ func TestEraFailures(t *testing.T) {
 		}
 		s.run(t, crashes)
 		s.check(t, fmt.Sprintf("run %d: n=%d k=%d crashes %v", run, n, k, crashes))
+	}
+}
+
+// TestEraOutOfOrder: agreements reserved in one order and entered in
+// random orders, several open at once — nonblocking collectives on a
+// communicator with uniform errors, completed in another order at each
+// process — with and without crashes.
+func TestEraOutOfOrder(t *testing.T) {
+	runs := 2000
+	if s := os.Getenv("ERA_RUNS"); s != "" {
+		runs, _ = strconv.Atoi(s)
+	}
+	if testing.Short() {
+		runs = 200
+	}
+	for run := 0; run < runs; run++ {
+		seed := uint64(run)
+		rng := rand.New(rand.NewPCG(seed, 13))
+		n := []int{2, 4, 5, 8, 9, 16, 20}[rng.IntN(7)]
+		k := []int{2, 3, arity}[rng.IntN(3)]
+		rounds := 2 + rng.IntN(3)
+		s := newSimOrder(seed, n, k, rounds, true)
+		crashes := map[int]int{}
+		for f := rng.IntN(4); f > 0; f-- {
+			crashes[rng.IntN(n)] = rng.IntN(20 * n)
+		}
+		if len(crashes) == n {
+			continue
+		}
+		s.run(t, crashes)
+		what := fmt.Sprintf("run %d: n=%d k=%d rounds %d crashes %v", run, n, k, rounds, crashes)
+		s.check(t, what)
+		if len(crashes) == 0 {
+			if want := rounds * 2 * (n - 1); s.msgs != want {
+				t.Fatalf("%s: %d messages, want %d", what, s.msgs, want)
+			}
+		}
 	}
 }
