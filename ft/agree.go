@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/nodecoll"
 )
 
 // Op is how Agree combines the contributed values.
@@ -58,13 +59,26 @@ func Agree(ctx context.Context, c *fabric.Comm, flag int) (int, error) {
 	return AgreeOp(ctx, c, flag, BAnd)
 }
 
+// oneOp holds each Op's combOp, for one-word agreements to slice.
+var oneOp = [...]combOp{opAnd, opOr, opMin, opMax}
+
 // AgreeOp is Agree combining with op.
 func AgreeOp(ctx context.Context, c *fabric.Comm, value int, op Op) (int, error) {
-	r, err := IAgreeOp(c, value, op)
+	if op < BAnd || op > Max {
+		return 0, fmt.Errorf("%w: agreement operation %v", fabric.ErrInvalid, op)
+	}
+	h, err := handlerOf(c)
 	if err != nil {
 		return 0, err
 	}
-	return r.Wait(ctx)
+	a, out, err := h.agree(ctx, []uint64{uint64(int64(value))}, oneOp[op:op+1], ackedRanks(c))
+	if err != nil {
+		return 0, err
+	}
+	if a == nil { // through shared memory: every member contributed
+		return int(int64(out[0])), nil
+	}
+	return int(int64(out[0])), h.outcome(a)
 }
 
 // IAgree starts an agreement (MPI_COMM_IAGREE); its request's Wait or
@@ -128,6 +142,9 @@ func (r *AgreeRequest) Test() (done bool, flag int, err error) {
 // acknowledged on c.
 func ackedRanks(c *fabric.Comm) []int {
 	n := c.AckFailed(0)
+	if n == 0 {
+		return nil
+	}
 	g := c.Group()
 	var out []int
 	for i, w := range c.GetFailed().Members() {
@@ -145,6 +162,15 @@ type handler struct {
 	c  *fabric.Comm
 	mu sync.Mutex // order: the engine's lock, then mu
 	e  *era
+
+	// Node agreements (nodeagree.go): the last attempt, the one a
+	// caller whose ctx ended left to finish in the background, and the
+	// fold that combines the members' words (one attempt at a time).
+	nodeK    uint64
+	nodeLeft chan struct{}
+	nodeOps  []combOp
+	nodeAcc  []uint64
+	nodeFold func(rank int, words []uint64)
 }
 
 var handlerMu sync.Mutex // makes the first handler of a communicator once
@@ -153,6 +179,9 @@ var handlerMu sync.Mutex // makes the first handler of a communicator once
 func handlerOf(c *fabric.Comm) (*handler, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil communicator", fabric.ErrComm)
+	}
+	if h, ok := c.FTHandler().(*handler); ok {
+		return h, nil // (set once, never changed)
 	}
 	handlerMu.Lock()
 	defer handlerMu.Unlock()
@@ -166,7 +195,8 @@ func handlerOf(c *fabric.Comm) (*handler, error) {
 	if c.Rank() < 0 {
 		return nil, fmt.Errorf("%w: this process is not a member", fabric.ErrComm)
 	}
-	h := &handler{c: c}
+	h := &handler{c: c, nodeAcc: make([]uint64, 0, nodecoll.AgreeWords)}
+	h.nodeFold = h.fold
 	h.e = newEra(c.Size(), c.Rank(), func(dest, tag int, b []byte) error { return c.SendFT(dest, tag, b) })
 	if err := c.SetFTHandler(h); err != nil {
 		return nil, err
@@ -237,10 +267,12 @@ func (h *handler) outcome(a *agreement) error {
 	}
 	failed := a.failed
 	h.mu.Unlock()
-	ep, g := h.c.Endpoint(), h.c.Group()
-	for _, r := range dead {
-		if w, err := g.WorldRank(r); err == nil {
-			ep.MarkFailed(w, errAgreedFailed)
+	if len(dead) > 0 {
+		ep, g := h.c.Endpoint(), h.c.Group()
+		for _, r := range dead {
+			if w, err := g.WorldRank(r); err == nil {
+				ep.MarkFailed(w, errAgreedFailed)
+			}
 		}
 	}
 	if failed {

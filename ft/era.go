@@ -101,6 +101,8 @@ type agreement struct {
 	pending    []pendingUp
 
 	err error // the agreement could not go on (a message too large)
+
+	local bool // decided through shared memory (decidedHere)
 }
 
 type pendingUp struct {
@@ -263,6 +265,36 @@ func (e *era) enterAt(seq uint64, val []uint64, ops []combOp, acked []int) *agre
 	return a
 }
 
+// decidedHere records the reserved agreement seq as decided by other
+// means — through shared memory, at every member alike — so that it
+// counts towards done. No message will concern it: it is forgotten once
+// done has passed it (at once, when it is the next).
+func (e *era) decidedHere(seq uint64) {
+	if seq == e.done+1 && e.recs[seq] == nil {
+		e.done++
+		e.advanceDone()
+		return
+	}
+	a := e.rec(seq)
+	a.state, a.local = stDecided, true
+	a.pending = nil
+	e.advanceDone()
+}
+
+// advanceDone moves done past the agreements decided here.
+func (e *era) advanceDone() {
+	for {
+		a := e.recs[e.done+1]
+		if a == nil || a.state != stDecided {
+			return
+		}
+		e.done++
+		if a.local {
+			delete(e.recs, e.done)
+		}
+	}
+}
+
 // fail records that comm rank r failed.
 func (e *era) fail(r int) {
 	if r < 0 || r >= e.n || e.failed[r] {
@@ -421,9 +453,7 @@ func (e *era) decide(a *agreement, val []uint64, failed bool, dead []bool, gc ui
 		e.sendDown(a, r)
 	}
 	a.requesters = nil
-	for e.recs[e.done+1] != nil && e.recs[e.done+1].state == stDecided {
-		e.done++
-	}
+	e.advanceDone()
 	// Every process that is not known failed contributed to this
 	// decision, and had decided every agreement up to gc: none of them
 	// can ask for those any more.

@@ -28,17 +28,26 @@ func init() {
 // The failure matrix of agreement and shrink. FT_VICTIMS names the world
 // ranks that die; FT_POINT when:
 //
-//	before   before they enter the agreement
-//	afterup  once their contribution has gone to their parent
-//	decided  once they hold the decision and have passed it on
+//	before     before they enter the agreement
+//	published  once they have contributed, before the decision: they
+//	           call Agree with a ctx that has ended
+//	afterup    once their contribution has gone to their parent
+//	decided    once they hold the decision and have passed it on
 //	before   (shrink) right before they call Shrink (which agrees on
 //	         the whole context-id mask in this case: see progShrink)
 //	during   (shrink) in its agreement (on the failed group and the
 //	         context id at once), contributed
+//
+// FT_MESSAGES_ONLY=1 keeps the agreement off shared memory, so that
+// on a node too the points of the agreement over messages (afterup,
+// decided, during) are the ones tested.
 const (
 	victimsEnv = "FT_VICTIMS"
 	pointEnv   = "FT_POINT"
+	msgsEnv    = "FT_MESSAGES_ONLY"
 )
+
+func init() { noNodeAgree = os.Getenv(msgsEnv) == "1" }
 
 func victimsOf() []int {
 	var v []int
@@ -131,6 +140,14 @@ func progAgree(ctx context.Context, ep *fabric.Endpoint) error {
 		switch point {
 		case "before":
 			die()
+		case "published":
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			_, err := Agree(ended, w, int(^uint64(0)&^(1<<me)))
+			if !errors.Is(err, context.Canceled) {
+				failf("an agreement with a ctx that had ended: %v", err)
+			}
+			die()
 		case "afterup":
 			dieAt(seqIs(2), me == 0)
 		}
@@ -144,7 +161,7 @@ func progAgree(ctx context.Context, ep *fabric.Endpoint) error {
 			w.WaitFT(ctx, func() bool { return time.Since(t0) > 20*time.Millisecond })
 			die()
 		}
-		failf("victim %d survived its agreement (point %s): %x %v", me, point, uint64(v), err)
+		failf("victim %d did not die in its agreement (point %s): %x %v", me, point, uint64(v), err)
 	}
 	if took > 10*time.Second {
 		failf("the agreement took %v", took)
@@ -222,7 +239,7 @@ func progShrink(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	s, err := Shrink(ctx, w)
 	if victim {
-		failf("victim %d survived the shrink (point %s): %v", me, point, err)
+		failf("victim %d did not die in the shrink (point %s): %v", me, point, err)
 	}
 	must(err, "shrink")
 	got := s.Group().Members()
@@ -267,6 +284,7 @@ func sameEverywhere(t *testing.T, out string, survivors int) {
 type recoverCase struct {
 	prog, point string
 	victims     func(n int) []int
+	msgsOnly    bool // FT_MESSAGES_ONLY
 }
 
 func (c recoverCase) name(n int) string {
@@ -277,20 +295,23 @@ func one(r int) func(int) []int { return func(int) []int { return []int{r} } }
 func leaf(n int) []int          { return []int{n - 2} }
 
 var recoverCases = []recoverCase{
-	{"agree", "before", one(0)},                                 // the root, before contributing
-	{"agree", "before", one(1)},                                 // an interior node
-	{"agree", "before", leaf},                                   // a leaf
-	{"agree", "before", func(int) []int { return []int{1, 2} }}, // two at once
-	{"agree", "afterup", one(1)},                                // an interior node, after contributing
-	{"agree", "afterup", leaf},
-	{"agree", "afterup", func(int) []int { return []int{1, 2} }},
-	{"agree", "decided", one(0)}, // the root, after deciding
-	{"agree", "decided", one(1)},
-	{"agree", "decided", func(int) []int { return []int{0, 1} }},
-	{"shrink", "before", one(1)},
-	{"shrink", "before", func(int) []int { return []int{0, 2} }},
-	{"shrink", "during", one(1)},
-	{"shrink", "during", func(int) []int { return []int{0, 2} }},
+	{"agree", "before", one(0), false},                                 // the root, before contributing
+	{"agree", "before", one(1), false},                                 // an interior node
+	{"agree", "before", leaf, false},                                   // a leaf
+	{"agree", "before", func(int) []int { return []int{1, 2} }, false}, // two at once
+	{"agree", "published", one(0), false},
+	{"agree", "published", leaf, false},
+	{"agree", "published", func(int) []int { return []int{1, 2} }, false},
+	{"agree", "afterup", one(1), true}, // an interior node, after contributing
+	{"agree", "afterup", leaf, true},
+	{"agree", "afterup", func(int) []int { return []int{1, 2} }, true},
+	{"agree", "decided", one(0), true}, // the root, after deciding
+	{"agree", "decided", one(1), true},
+	{"agree", "decided", func(int) []int { return []int{0, 1} }, true},
+	{"shrink", "before", one(1), false},
+	{"shrink", "before", func(int) []int { return []int{0, 2} }, false},
+	{"shrink", "during", one(1), true},
+	{"shrink", "during", func(int) []int { return []int{0, 2} }, true},
 }
 
 // TestRecoverMatrix: agreement and shrink with victims killed at each
@@ -305,6 +326,9 @@ func TestRecoverMatrix(t *testing.T) {
 					victims := c.victims(n)
 					env := append(slices.Clone(way.env), fmt.Sprintf("%s=%s", pointEnv, c.point),
 						victimsEnv+"="+strings.Trim(strings.Join(strings.Fields(fmt.Sprint(victims)), ","), "[]"))
+					if c.msgsOnly {
+						env = append(env, msgsEnv+"=1")
+					}
 					out, errs, _ := progs.Run(t, n, c.prog, true, env...)
 					dead := len(victims)
 					if c.prog == "shrink" {
@@ -314,6 +338,9 @@ func TestRecoverMatrix(t *testing.T) {
 						if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) != (slices.Contains(victims, r) || c.prog == "shrink" && r == n-1) {
 							t.Fatalf("rank %d: finished %v, a victim %v\n%s\n%s", r, !slices.Contains(victims, r), slices.Contains(victims, r), out, errs)
 						}
+					}
+					if strings.Contains(out+errs, "did not die") {
+						t.Fatalf("a victim did not die where it should have\n%s\n%s", out, errs)
 					}
 					sameEverywhere(t, out, n-dead)
 				})

@@ -47,18 +47,18 @@ func Shrink(ctx context.Context, c *fabric.Comm) (*fabric.Comm, error) {
 					known = append(known, r)
 				}
 			}
-			a := h.e.enter(val, ops, known)
 			h.mu.Unlock()
-			out, err := h.wait(ctx, a)
+			a, out, err := h.agree(ctx, val, ops, known)
 			if err != nil {
 				return nil, nil, 0, err
 			}
-			if !a.failed {
+			if a == nil || !a.failed {
 				// Every contributor came with the same group and knew of
 				// no other failure: the group is agreed, and so is the id.
+				// (Through shared memory, a nil a, every member did.)
 				var survivors, dead []int
-				for r, d := range a.dead {
-					if d {
+				for r := range h.e.n {
+					if a != nil && a.dead[r] {
 						dead = append(dead, r)
 					} else {
 						survivors = append(survivors, r)
@@ -66,8 +66,9 @@ func Shrink(ctx context.Context, c *fabric.Comm) (*fabric.Comm, error) {
 				}
 				all := make([]uint64, len(free))
 				copy(all, out[:win])
+				maxGen := out[win]
 				if slices.ContainsFunc(all, func(w uint64) bool { return w != 0 }) {
-					return survivors, all, out[win], nil
+					return survivors, all, maxGen, nil
 				}
 				// No id in the window is free everywhere: agree on the
 				// whole mask (the group is agreed; a failure now changes
@@ -75,14 +76,11 @@ func Shrink(ctx context.Context, c *fabric.Comm) (*fabric.Comm, error) {
 				full := append(slices.Clone(free), gen)
 				fops := make([]combOp, len(full))
 				fops[len(free)] = opMax
-				h.mu.Lock()
-				b := h.e.enter(full, fops, dead)
-				h.mu.Unlock()
-				out, err := h.wait(ctx, b)
+				_, out, err := h.agree(ctx, full, fops, dead)
 				if err != nil {
 					return nil, nil, 0, err
 				}
-				return survivors, out[:len(free)], max(out[len(free)], out[win]), nil
+				return survivors, slices.Clone(out[:len(free)]), max(out[len(free)], maxGen), nil
 			}
 			// Learn what the others knew, and go again.
 			h.outcome(a)

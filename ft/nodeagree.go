@@ -1,0 +1,115 @@
+//go:build linux
+
+package ft
+
+import (
+	"context"
+
+	"github.com/rivet-hpc/rivet/internal/nodecoll"
+)
+
+// agree runs one blocking agreement on h's communicator and returns its
+// decided record and value. The record is nil when the agreement went
+// through shared memory, where every member contributed: nothing failed
+// before contributing, and no one is known failed from it. The value is
+// valid until the next agreement on h. On the world communicator of a job on one
+// node it agrees through shared memory (nodecoll.Agree): every member
+// publishes its value, and once all have, each combines them alike —
+// a cache-line hand-off per member, where the agreement over messages
+// takes two messages per member. A member that fails without publishing
+// makes every member fall back to the agreement over messages (ERA), with
+// the same agreement number: each attempt reserves one, used or not, so
+// the numbering stays the same at every member whichever way each went.
+// Nonblocking agreements always go over messages.
+func (h *handler) agree(ctx context.Context, val []uint64, ops []combOp, acked []int) (*agreement, []uint64, error) {
+	if nodecoll.Agree == nil || noNodeAgree || len(val) > nodecoll.AgreeWords {
+		return h.agreeMsgs(ctx, 0, false, val, ops, acked)
+	}
+	h.mu.Lock()
+	left := h.nodeLeft
+	h.mu.Unlock()
+	if left != nil {
+		// A node attempt must end here before the next one starts (its
+		// slot is refilled two attempts on).
+		select {
+		case <-left:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+	h.mu.Lock()
+	if h.nodeLeft == left {
+		h.nodeLeft = nil
+	}
+	seq := h.e.reserve()
+	h.nodeK++
+	k := h.nodeK
+	h.mu.Unlock()
+	h.nodeOps, h.nodeAcc = ops, h.nodeAcc[:0]
+	served, fell, err := nodecoll.Agree(ctx, h.c, k, val, h.nodeFold)
+	switch {
+	case !served:
+		return h.agreeMsgs(ctx, seq, true, val, ops, acked)
+	case err != nil && ctx.Err() != nil:
+		// The contribution is published: finish the attempt in the
+		// background, so that members that fall back get this one's
+		// contribution over messages too.
+		left := make(chan struct{})
+		h.mu.Lock()
+		h.nodeLeft = left
+		h.mu.Unlock()
+		go func() {
+			defer close(left)
+			h.nodeAcc = h.nodeAcc[:0]
+			served, fell, err := nodecoll.Agree(context.Background(), h.c, k, val, h.nodeFold)
+			switch {
+			case !served || err != nil: // the endpoint closed
+			case fell:
+				h.mu.Lock()
+				h.e.enterAt(seq, val, ops, acked)
+				h.mu.Unlock()
+			default:
+				h.mu.Lock()
+				h.e.decidedHere(seq)
+				h.mu.Unlock()
+			}
+		}()
+		return nil, nil, err
+	case err != nil:
+		return nil, nil, err
+	case fell:
+		return h.agreeMsgs(ctx, seq, true, val, ops, acked)
+	}
+	h.mu.Lock()
+	h.e.decidedHere(seq)
+	h.mu.Unlock()
+	return nil, h.nodeAcc, nil
+}
+
+// fold combines a member's words into the node attempt's value.
+func (h *handler) fold(_ int, in []uint64) {
+	if len(h.nodeAcc) == 0 {
+		h.nodeAcc = append(h.nodeAcc, in...)
+		return
+	}
+	for i, o := range h.nodeOps {
+		h.nodeAcc[i] = o.combine(h.nodeAcc[i], in[i])
+	}
+}
+
+// noNodeAgree keeps every agreement on messages (for tests of the
+// agreement over messages on one node).
+var noNodeAgree bool
+
+// agreeMsgs is an agreement over messages: the next one, or the one
+// reserved as seq.
+func (h *handler) agreeMsgs(ctx context.Context, seq uint64, reserved bool, val []uint64, ops []combOp, acked []int) (*agreement, []uint64, error) {
+	h.mu.Lock()
+	if !reserved {
+		seq = h.e.reserve()
+	}
+	a := h.e.enterAt(seq, val, ops, acked)
+	h.mu.Unlock()
+	out, err := h.wait(ctx, a)
+	return a, out, err
+}
