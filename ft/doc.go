@@ -20,9 +20,11 @@
 // Agreement (Agree, IAgree) is ERA, the early-returning agreement, on a
 // lazily repaired tree over the communicator's fault-tolerance channel
 // (fabric.FTHandler): every survivor decides the same value and raises
-// the same error, and a decision outlives the process that made it.
-// Shrink makes the survivors' communicator with one agreement on the
+// the same error, and a decision outlives the process that made it; on
+// the world communicator of a one-node job the blocking agreements go
+// through shared memory while nobody fails. Shrink makes the survivors' communicator with one agreement on the
 // failed group and the context id. Importing this package also gives
-// fabric's error-uniformity keys the agreement they need. docs/ft.md
+// fabric's error-uniformity keys the agreement they need, blocking and
+// nonblocking collectives alike. docs/ft.md
 // has the details; examples/ft* are MPI 4.1's examples of them.
 package ft
