@@ -55,6 +55,7 @@ func (o Op) String() string {
 // agreement, ERA); the decision is kept to answer members that have not,
 // as long as any call on this process makes progress — a Detector does,
 // every tick.
+//
 // On the world communicator of a job on one node the members agree
 // through shared memory, falling back to ERA when one fails meanwhile
 // (docs/ft.md).
