@@ -109,7 +109,12 @@ func progStop(ctx context.Context, ep *fabric.Endpoint) error {
 		}
 	}
 	if got := ep.Failed(); len(got) != 1 || got[0] != v {
-		failf("known failed %v, want [%d]", got, v)
+		var why []string // what made each known failed, for the log
+		for _, r := range got {
+			_, _, err := ep.Heartbeat(r)
+			why = append(why, fmt.Sprintf("%d: %v", r, err))
+		}
+		failf("known failed %v, want [%d]; causes %q", got, v, why)
 	}
 	// (Others may have finished and closed — stopped — by now; none is
 	// failed.)
