@@ -425,6 +425,11 @@ func (ep *Endpoint) Close() error {
 		return nil
 	}
 	ep.e.flushFT() // an agreement's decision, passed on before leaving
+	if ep.byePids != nil {
+		// First: a peer that loses this process from here on, by a
+		// connection or its pidfd, finds the goodbye queued.
+		sayGoodbye(ep.rank, ep.byePids)
+	}
 	ep.e.mu.Lock()
 	if ep.shm != nil {
 		ep.shm.MarkClosed()
@@ -437,9 +442,6 @@ func (ep *Endpoint) Close() error {
 		close(ep.e.verdicts) // fence runs only before closed
 	}
 	ep.e.mu.Unlock()
-	if ep.byePids != nil {
-		sayGoodbye(ep.rank, ep.byePids)
-	}
 	if ep.stopEvents != nil {
 		ep.stopEvents()
 	}

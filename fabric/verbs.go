@@ -58,6 +58,15 @@ func (e *engine) Failed(peer int) bool { return e.failed[peer] != nil }
 func (e *engine) WaitedOn(in []bool)   { e.waitedOn(in) }
 
 func (e *engine) Lost(w int, closed bool, cause error) {
+	if h := e.health; !closed && h != nil && h.bye != nil {
+		// A peer of this node that closed on purpose can be lost over a
+		// connection before its goodbye there arrives, or over one it
+		// never had (a detector's first read after its ring moved on):
+		// its goodbye datagram, queued before it tore anything down,
+		// says it closed.
+		h.bye.drain()
+		closed = h.bye.said[w]
+	}
 	switch {
 	case closed:
 		e.markFailedNow(w, fmt.Errorf("%w: world rank %d closed its endpoint (%v)", ErrClosed, w, cause))
