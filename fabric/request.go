@@ -54,7 +54,6 @@ type op struct {
 	// A nonblocking collective on a communicator with uniform errors
 	// (Comm.UniformRequest): done once contrib is decided too.
 	contrib Contribution
-	ucomm   *Comm
 }
 
 const (

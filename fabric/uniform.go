@@ -130,7 +130,7 @@ func (c *Comm) UniformRequest(con Contribution, r Request, err error) (Request, 
 		return r, err
 	}
 	o := r.op
-	o.contrib, o.ucomm = con, c
+	o.contrib = con
 	if o.state == stDone {
 		con.Contribute(flagOf(o.err))
 	}
@@ -146,7 +146,7 @@ func (e *engine) settle(o *op) {
 	e.mu.Unlock()
 	v, aerr := con.Wait(context.Background()) // decided: at once
 	e.mu.Lock()
-	o.err = uniformOutcome(o.ucomm.ErrorUniform(), o.err, v, aerr)
+	o.err = uniformOutcome(o.comm.ErrorUniform(), o.err, v, aerr)
 }
 
 // uniformCreate makes a communicator creation's outcome uniform when c's

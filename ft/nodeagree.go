@@ -23,7 +23,7 @@ import (
 // Nonblocking agreements always go over messages.
 func (h *handler) agree(ctx context.Context, val []uint64, ops []combOp, acked []int) (*agreement, []uint64, error) {
 	if nodecoll.Agree == nil || noNodeAgree || len(val) > nodecoll.AgreeWords {
-		return h.agreeMsgs(ctx, 0, false, val, ops, acked)
+		return h.agreeMsgs(ctx, 0, val, ops, acked)
 	}
 	h.mu.Lock()
 	left := h.nodeLeft
@@ -49,7 +49,7 @@ func (h *handler) agree(ctx context.Context, val []uint64, ops []combOp, acked [
 	served, fell, err := nodecoll.Agree(ctx, h.c, k, val, h.nodeFold)
 	switch {
 	case !served:
-		return h.agreeMsgs(ctx, seq, true, val, ops, acked)
+		return h.agreeMsgs(ctx, seq, val, ops, acked)
 	case err != nil && ctx.Err() != nil:
 		// The contribution is published: finish the attempt in the
 		// background, so that members that fall back get this one's
@@ -78,7 +78,7 @@ func (h *handler) agree(ctx context.Context, val []uint64, ops []combOp, acked [
 	case err != nil:
 		return nil, nil, err
 	case fell:
-		return h.agreeMsgs(ctx, seq, true, val, ops, acked)
+		return h.agreeMsgs(ctx, seq, val, ops, acked)
 	}
 	h.mu.Lock()
 	h.e.decidedHere(seq)
@@ -101,11 +101,11 @@ func (h *handler) fold(_ int, in []uint64) {
 // agreement over messages on one node).
 var noNodeAgree bool
 
-// agreeMsgs is an agreement over messages: the next one, or the one
-// reserved as seq.
-func (h *handler) agreeMsgs(ctx context.Context, seq uint64, reserved bool, val []uint64, ops []combOp, acked []int) (*agreement, []uint64, error) {
+// agreeMsgs is an agreement over messages: the one reserved as seq, or
+// with seq 0 (agreements count from 1) the next.
+func (h *handler) agreeMsgs(ctx context.Context, seq uint64, val []uint64, ops []combOp, acked []int) (*agreement, []uint64, error) {
 	h.mu.Lock()
-	if !reserved {
+	if seq == 0 {
 		seq = h.e.reserve()
 	}
 	a := h.e.enterAt(seq, val, ops, acked)
