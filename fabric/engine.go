@@ -58,6 +58,9 @@ type engine struct {
 
 	failed   []error // per world rank: why it is gone; nil while alive
 	nfailed  int
+	// declared counts the ranks known failed (len(order)), for readers
+	// that do not take e.mu (Endpoint.KnownFailed).
+	declared atomic.Int32
 	health   *health
 	lastScan time.Time
 	closed   bool
@@ -682,6 +685,7 @@ func (e *engine) declare(peer int) {
 	// Known before any operation reports it (the Fortran "known failed
 	// image" rule): the order is GetFailed's.
 	e.order = append(e.order, peer)
+	e.declared.Store(int32(len(e.order)))
 	if e.closed {
 		return
 	}

@@ -103,6 +103,45 @@ func (ep *Endpoint) Heartbeat(w int) (count uint64, seen bool, err error) {
 	return 0, false, fmt.Errorf("fabric: world rank %d has no heartbeat this process reads: %w", w, ErrNotSupported)
 }
 
+// Failure returns what this process knows of world rank w's failure: an
+// error matching ErrProcFailed (a *PeerError naming w) once w is known
+// failed, nil otherwise. It is a lookup; Poll first to ask the failure
+// sources.
+func (ep *Endpoint) Failure(w int) error {
+	if w < 0 || w >= ep.size {
+		return nil
+	}
+	e := ep.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.failed[w]; err != nil && errors.Is(err, ErrProcFailed) {
+		return e.peerError(nil, w, err)
+	}
+	return nil
+}
+
+// KnownFailed is how many processes this process knows to have failed.
+// It only grows, and it is one atomic load: layers above the fabric (the
+// one-sided windows of package rma) read it on their fast paths to learn
+// whether they need to look at failures at all.
+func (ep *Endpoint) KnownFailed() int { return int(ep.e.declared.Load()) }
+
+// Poll makes one round of progress and of the failure sources (pidfds,
+// probes), as every waiting call of the fabric does. A layer that waits
+// on memory rather than on the fabric (a one-sided window polling its
+// control words) calls it now and then, so that it learns of failures
+// and its peers' notices move.
+func (ep *Endpoint) Poll() {
+	e := ep.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.progress()
+	e.scan(nil)
+}
+
 // MarkFailed records a failure detector's verdict: world rank w failed,
 // for cause. Every operation involving w fails with ErrProcFailed from
 // now on (a PeerError that unwraps to cause); frames from w are dropped;

@@ -20,16 +20,17 @@ import (
 //	post   [n]           post[i]: how many exposure epochs rank i opened to this process
 //	done   [n]           done[j]: how many access epochs rank j completed here
 //	bar    [barRounds]   bar[k]: the fence barrier round k's epoch, from (me - 2^k) mod n
+//	rec    [n]           rec[o]: the ranges origin o is writing here (ranges.go)
 //
 // Every word but the lock words has one writer, which stores a count
 // that only grows; the reader polls its own memory. The scratch memory
 // (registered) holds the values a NIC write sends: the same layout
-// without the lock words.
+// without the lock words (its rec[t] is this process's block for target t).
 const barRounds = 32
 
 func lockWords(n int) int       { return (n + lockBits - 1) / lockBits }
-func ctlSize(n int) int         { return 8 * (lockWords(n) + 2*n + barRounds) }
-func scratchSize(n int) int     { return 8 * (2*n + barRounds) }
+func ctlSize(n int) int         { return 8*(lockWords(n)+2*n+barRounds) + n*recSize }
+func scratchSize(n int) int     { return 8*(2*n+barRounds) + n*recSize }
 func postWord(n, i int) int     { return lockWords(n) + i }
 func doneWord(n, j int) int     { return lockWords(n) + n + j }
 func barWord(n, k int) int      { return lockWords(n) + 2*n + k }
@@ -113,12 +114,21 @@ func (w *Window) storeCtl(ctx context.Context, r, i int, v uint64) error {
 }
 
 // awaitCtl waits until this process's control word i reaches v (its
-// writer is another process), honouring ctx.
-func (w *Window) awaitCtl(ctx context.Context, i int, v uint64) error {
+// writer is another process), honouring ctx. Now and then it polls the
+// fabric, so that failures and revokes become known, and it gives up
+// when the window is revoked or gone (if not nil) reports the failure of
+// a process the wait needs.
+func (w *Window) awaitCtl(ctx context.Context, i int, v uint64, gone func() error) error {
 	p := word(w.ctl, uint64(8*i))
 	for spins := 0; atomic.LoadUint64(p) < v; spins++ {
 		if spins&255 == 255 {
 			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if spins&4095 == 4095 {
+				w.ep.Poll()
+			}
+			if err := w.interrupted(gone); err != nil {
 				return err
 			}
 			runtime.Gosched()
@@ -171,6 +181,8 @@ func (w *Window) flushAll(ctx context.Context) error {
 
 // barrier is a dissemination barrier over the bar words: in round k each
 // process tells (me + 2^k) mod n and waits to hear from (me - 2^k) mod n.
+// The process it waits for may wait for one that failed, so it gives up
+// once any member is known failed.
 func (w *Window) barrier(ctx context.Context) error {
 	w.st.bar++
 	e := w.st.bar
@@ -181,7 +193,7 @@ func (w *Window) barrier(ctx context.Context) error {
 		if err := w.storeCtl(ctx, (w.me+1<<k)%w.n, barWord(w.n, k), e); err != nil {
 			return err
 		}
-		if err := w.awaitCtl(ctx, barWord(w.n, k), e); err != nil {
+		if err := w.awaitCtl(ctx, barWord(w.n, k), e, w.anyFailed); err != nil {
 			return err
 		}
 	}

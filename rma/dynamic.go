@@ -55,7 +55,7 @@ func (w *Window) table() []byte { return w.ctl[ctlSize(w.n):] }
 // Attach makes b, memory from fabric.Endpoint.AllocMem, reachable
 // through the dynamic window (MPI_Win_attach). It is local.
 func (w *Window) Attach(b []byte) error {
-	if err := w.begin(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
 	defer w.mu.Unlock()
@@ -94,7 +94,7 @@ func (w *Window) Attach(b []byte) error {
 
 // Detach ends the reach of memory Attach attached (MPI_Win_detach).
 func (w *Window) Detach(b []byte) error {
-	if err := w.begin(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
 	defer w.mu.Unlock()

@@ -83,7 +83,7 @@ func (w *Window) fastCopy(b []byte, r, disp int, put bool) bool {
 	}
 	t := &w.targets[r]
 	off := uint64(disp) * t.disp
-	if off > t.size || uint64(len(b)) > t.size-off {
+	if off > t.size || uint64(len(b)) > t.size-off || put && !w.recorded(t, off, len(b)) {
 		return false
 	}
 	if put {
@@ -94,10 +94,29 @@ func (w *Window) fastCopy(b []byte, r, disp int, put bool) bool {
 	return true
 }
 
+// recorded reports whether a write to [off, off+n) of t, mapped here,
+// needs no range record: records are off, or this process's block at t
+// covers it already (ranges.go). The block is read where the target
+// keeps it; only this process writes it, under w.mu.
+func (w *Window) recorded(t *target, off uint64, n int) bool {
+	if !w.track {
+		return true
+	}
+	b := t.ctl[recOff(w.n, w.me):][:recSize]
+	for i := 0; i < recSize; i += 16 {
+		lo, hi := atomic.LoadUint64(word(b, uint64(i))), atomic.LoadUint64(word(b, uint64(i+8)))
+		if lo < hi && lo <= off && off+uint64(n) <= hi {
+			return true
+		}
+	}
+	return false
+}
+
 // fastFlush reports whether a flush of r has nothing to do and may skip
 // the mutex.
 func (w *Window) fastFlush(r int) bool {
-	return uint(r) < uint(len(w.gates)) && w.gates[r].Load()&gateFlush != 0
+	return uint(r) < uint(len(w.gates)) && w.gates[r].Load()&gateFlush != 0 &&
+		w.ep.KnownFailed() == 0 && !w.comm.IsRevoked()
 }
 
 // drain closes the gates and waits for the operations already past them.
@@ -240,7 +259,8 @@ func (w *Window) fastRMW(r, disp, n, esz int, opk reduce.Kind, nk numKind, cmp, 
 	w.inflight.Add(1)
 	t := &w.targets[r]
 	off := uint64(disp) * t.disp
-	if w.gates[r].Load()&gateCopy == 0 || off > t.size || uint64(n) > t.size-off || off%uint64(esz) != 0 || n == 0 {
+	if w.gates[r].Load()&gateCopy == 0 || off > t.size || uint64(n) > t.size-off || off%uint64(esz) != 0 || n == 0 ||
+		in != nil && !w.recorded(t, off, n) {
 		w.inflight.Add(-1)
 		return false
 	}

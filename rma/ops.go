@@ -82,17 +82,24 @@ func transfer[T any](ctx context.Context, w *Window, buf []T, r, disp int, put b
 	}
 	defer w.mu.Unlock()
 	t, off, err := w.access(ctx, r, disp, len(b))
-	switch {
-	case err != nil || len(b) == 0:
+	if err != nil || len(b) == 0 {
 		return err
+	}
+	if put {
+		if err := w.record(ctx, t, r, off, len(b)); err != nil {
+			return w.targetErr(r, err)
+		}
+	}
+	switch {
 	case t.local && put:
 		copy(t.data[off:], b)
 	case t.local:
 		copy(b, t.data[off:])
 	case put:
-		return w.ep.Put(ctx, t.nicRank, t.rdata, off, b)
+		return w.targetErr(r, w.ep.Put(ctx, t.nicRank, t.rdata, off, b))
 	default:
-		return w.ep.Get(ctx, t.nicRank, t.rdata, off, b)
+		w.reading(r, b)
+		return w.targetErr(r, w.ep.Get(ctx, t.nicRank, t.rdata, off, b))
 	}
 	return nil
 }
@@ -174,16 +181,26 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 	if result != nil {
 		out = elem.Bytes(result)
 	}
+	if u.Kind != reduce.KNoOp {
+		if err := w.record(ctx, t, r, off, n*esz); err != nil {
+			return w.targetErr(r, err)
+		}
+	}
 	k := reflect.TypeFor[T]().Kind()
 	integer := k >= reflect.Int && k <= reflect.Uintptr
 	if w.nic && u.Kind == reduce.KSum && esz == 8 && integer {
-		return w.faddElems(ctx, t, off, in, out)
+		err = w.faddElems(ctx, t, off, in, out)
+	} else {
+		err = w.rmw(ctx, t, off, n*esz, func(seg []byte, at int) {
+			if in != nil {
+				u.Fn(in[at:at+len(seg)], seg)
+			}
+		}, out)
 	}
-	return w.rmw(ctx, t, off, n*esz, func(seg []byte, at int) {
-		if in != nil {
-			u.Fn(in[at:at+len(seg)], seg)
-		}
-	}, out)
+	if err != nil && ctx.Err() == nil {
+		w.lostResult(r, off, n*esz, u.Kind != reduce.KNoOp, out)
+	}
+	return w.targetErr(r, err)
 }
 
 // CompareAndSwap replaces window rank r's element at disp with origin
@@ -213,16 +230,24 @@ func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origi
 	if off%uint64(esz) != 0 {
 		return old, fmt.Errorf("%w: CompareAndSwap at byte %d, not aligned to its %d-byte element", ErrType, off, esz)
 	}
-	if esz == 8 {
-		prev, err := w.casWord(ctx, t, regionData, off, ne.Uint64(cmp), ne.Uint64(in))
-		ne.PutUint64(out, prev)
-		return vals[2], err
+	if err := w.record(ctx, t, r, off, esz); err != nil {
+		return old, w.targetErr(r, err)
 	}
-	err = w.rmw(ctx, t, off, esz, func(seg []byte, _ int) {
-		if string(seg) == string(cmp) {
-			copy(seg, in)
-		}
-	}, out)
+	if esz == 8 {
+		var prev uint64
+		prev, err = w.casWord(ctx, t, regionData, off, ne.Uint64(cmp), ne.Uint64(in))
+		ne.PutUint64(out, prev)
+	} else {
+		err = w.rmw(ctx, t, off, esz, func(seg []byte, _ int) {
+			if string(seg) == string(cmp) {
+				copy(seg, in)
+			}
+		}, out)
+	}
+	if err != nil && ctx.Err() == nil {
+		w.lostResult(r, off, esz, true, nil)
+		return old, w.targetErr(r, err)
+	}
 	return vals[2], err
 }
 

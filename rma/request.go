@@ -4,8 +4,10 @@ package rma
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/op"
 )
 
@@ -13,19 +15,37 @@ import (
 // RgetAccumulate): Wait returns once it is complete at this process —
 // Rivet completes it at the target too. Only passive-target epochs
 // (Lock, LockAll) take request-based operations.
+//
+// A request may complete while its epoch fails (§16.2.5): if the target
+// failed, or the window was revoked, an Rput's Wait still returns nil —
+// its buffer is free — and the target memory it wrote is reported by
+// Undefined; an Rget's raises, as its buffer does not hold the data. The
+// accumulate family is complete when the call returns.
 type Request struct {
-	w *Window
-	r int
+	w    *Window
+	r    int
+	read bool // an Rget: its buffer is what completes
+	done bool // complete when issued (the accumulate family)
 }
 
 // Wait waits until the operation is complete (MPI_Wait).
 func (q *Request) Wait(ctx context.Context) error {
+	if q.done {
+		return nil
+	}
 	w := q.w
-	if err := w.begin(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
 	defer w.mu.Unlock()
-	return w.flushTarget(ctx, q.r)
+	err := w.revoked()
+	if err == nil {
+		err = w.flushOne(ctx, q.r)
+	}
+	if err != nil && !q.read && ctx.Err() == nil && (errors.Is(err, fabric.ErrProcFailed) || errors.Is(err, fabric.ErrRevoked)) {
+		return nil // the origin buffer is free; the target's memory is undefined
+	}
+	return err
 }
 
 func passive(w *Window, r int) error {
@@ -44,7 +64,7 @@ func Rput[T any](ctx context.Context, w *Window, origin []T, r, disp int) (*Requ
 	if err := passive(w, r); err != nil {
 		return nil, err
 	}
-	return &Request{w, r}, Put(ctx, w, origin, r, disp)
+	return &Request{w: w, r: r}, Put(ctx, w, origin, r, disp)
 }
 
 // Rget is Get with a request (MPI_Rget): result holds the data once Wait
@@ -53,7 +73,7 @@ func Rget[T any](ctx context.Context, w *Window, result []T, r, disp int) (*Requ
 	if err := passive(w, r); err != nil {
 		return nil, err
 	}
-	return &Request{w, r}, Get(ctx, w, result, r, disp)
+	return &Request{w: w, r: r, read: true}, Get(ctx, w, result, r, disp)
 }
 
 // Raccumulate is Accumulate with a request (MPI_Raccumulate).
@@ -61,7 +81,7 @@ func Raccumulate[T any](ctx context.Context, w *Window, origin []T, r, disp int,
 	if err := passive(w, r); err != nil {
 		return nil, err
 	}
-	return &Request{w, r}, Accumulate(ctx, w, origin, r, disp, o)
+	return &Request{w: w, r: r, done: true}, Accumulate(ctx, w, origin, r, disp, o)
 }
 
 // RgetAccumulate is GetAccumulate with a request (MPI_Rget_accumulate).
@@ -69,5 +89,5 @@ func RgetAccumulate[T any](ctx context.Context, w *Window, origin, result []T, r
 	if err := passive(w, r); err != nil {
 		return nil, err
 	}
-	return &Request{w, r}, GetAccumulate(ctx, w, origin, result, r, disp, o)
+	return &Request{w: w, r: r, done: true}, GetAccumulate(ctx, w, origin, result, r, disp, o)
 }

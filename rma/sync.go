@@ -4,6 +4,7 @@ package rma
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -50,6 +51,17 @@ type epochs struct {
 	// completes from it awaited by Wait.
 	posted, started, completed, waited []uint64
 	bar                                uint64 // fence barriers entered
+	ok                                 []bool // which targets an epoch's end completed
+}
+
+// okBuf is e.ok, cleared, for n targets.
+func (e *epochs) okBuf(n int) []bool {
+	if cap(e.ok) < n {
+		e.ok = make([]bool, n)
+	}
+	e.ok = e.ok[:n]
+	clear(e.ok)
+	return e.ok
 }
 
 func (e *epochs) init(n int) {
@@ -81,14 +93,28 @@ func (e *epochs) canAccess(r int) bool {
 	return e.fence || e.lockAll || (e.locks != nil && e.locks[r] != 0) || (e.accessOn && slices.Contains(e.access, r))
 }
 
-// begin locks the window for a call and checks it is usable.
-func (w *Window) begin() error {
+// enter locks the window for a call and checks it is not freed.
+func (w *Window) enter() error {
 	w.mu.Lock()
 	if w.freed {
 		w.mu.Unlock()
 		return ErrFreed
 	}
 	w.st.init(w.n)
+	return nil
+}
+
+// begin is enter for the operations and synchronizations, which a
+// revoked window refuses (closing its epochs the first time).
+func (w *Window) begin() error {
+	if err := w.enter(); err != nil {
+		return err
+	}
+	if err := w.revoked(); err != nil {
+		w.publish()
+		w.mu.Unlock()
+		return err
+	}
 	return nil
 }
 
@@ -100,6 +126,12 @@ func (w *Window) synced() { w.dyn.syncs++ }
 // process issued on the window, and opens the next one (MPI_Win_fence).
 // It is collective. With NoSucceed no epoch follows; with NoPrecede none
 // ends here, and nothing is flushed.
+//
+// Once a member of the window is known failed, Fence raises an error
+// matching fabric.ErrProcFailed (at some members, perhaps not all, as
+// collectives do): the operations to live targets are complete, those to
+// the failed one are not (Undefined), and the epochs open and close as
+// if it had succeeded.
 func (w *Window) Fence(ctx context.Context, a Assert) error {
 	if err := a.check(assertAll, "Fence"); err != nil {
 		return err
@@ -112,16 +144,52 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 	if err := w.st.idle(); err != nil {
 		return fmt.Errorf("%w: Fence with %v (fence does not mix with PSCW or passive target)", ErrEpoch, err)
 	}
+	var err error
 	if a&NoPrecede == 0 {
-		if err := w.flushAll(ctx); err != nil {
-			return err
+		for r := range w.n {
+			if e := w.endTarget(ctx, r); e != nil && err == nil {
+				err = e
+			}
 		}
 	}
-	if err := w.barrier(ctx); err != nil {
+	w.st.fence = a&NoSucceed == 0
+	if err != nil {
 		return err
 	}
-	w.st.fence = a&NoSucceed == 0
+	if err := w.anyFailed(); err != nil {
+		return err
+	}
+	return w.barrier(ctx)
+}
+
+// endTarget ends this process's epoch at window rank r: it completes the
+// operations to r, and clears the ranges it recorded there; if r failed
+// (or the flush did), what they wrote there is undefined.
+func (w *Window) endTarget(ctx context.Context, r int) error {
+	err := w.failed(r)
+	if err == nil {
+		err = w.flushTarget(ctx, r)
+	}
+	if err == nil {
+		err = w.clearRecords(ctx, r)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			w.lost(r)
+		}
+		return w.targetErr(r, err)
+	}
 	return nil
+}
+
+// targetErr names window rank r in an error of an operation to it that
+// the fabric reported by world rank.
+func (w *Window) targetErr(r int, err error) error {
+	var pe *fabric.PeerError
+	if errors.As(err, &pe) && pe.Rank < 0 {
+		return &fabric.PeerError{Rank: r, WorldRank: pe.WorldRank, Err: pe.Err}
+	}
+	return err
 }
 
 func (w *Window) checkGroup(g []int, call string) error {
@@ -138,7 +206,9 @@ func (w *Window) checkGroup(g []int, call string) error {
 
 // Post opens an exposure epoch for the window ranks in group
 // (MPI_Win_post): each of them may access this process's memory once it
-// has seen the post in its Start. It does not wait.
+// has seen the post in its Start. It does not wait. A member of group
+// known failed is told nothing, and Post raises its failure once it has
+// told the others; the epoch is open, and Wait ends it.
 func (w *Window) Post(ctx context.Context, group []int, a Assert) error {
 	if err := a.check(NoCheck|NoStore|NoPut, "Post"); err != nil {
 		return err
@@ -155,18 +225,25 @@ func (w *Window) Post(ctx context.Context, group []int, a Assert) error {
 		return fmt.Errorf("%w: Post while an exposure or fence epoch is open", ErrEpoch)
 	}
 	e.exposure, e.exposeOn = append(e.exposure[:0], group...), true
+	var err error
 	for _, r := range group {
 		e.posted[r]++
-		if err := w.storeCtl(ctx, r, postWord(w.n, w.me), e.posted[r]); err != nil {
-			return err
+		f := w.failed(r)
+		if f == nil {
+			f = w.storeCtl(ctx, r, postWord(w.n, w.me), e.posted[r])
+		}
+		if f != nil && err == nil {
+			err = w.targetErr(r, f)
 		}
 	}
-	return nil
+	return err
 }
 
 // Start opens an access epoch to the window ranks in group
 // (MPI_Win_start), waiting until each has posted an exposure epoch to
-// this process.
+// this process. If a member of group failed first, Start raises its
+// failure once the others have posted; the epoch is open all the same
+// (operations to the failed one fail), and Complete ends it.
 func (w *Window) Start(ctx context.Context, group []int, a Assert) error {
 	if err := a.check(NoCheck, "Start"); err != nil {
 		return err
@@ -183,19 +260,27 @@ func (w *Window) Start(ctx context.Context, group []int, a Assert) error {
 	if e.accessOn || e.fence || e.lockAll || e.nlocks > 0 {
 		return fmt.Errorf("%w: Start while another access epoch is open", ErrEpoch)
 	}
+	var err error
 	for _, r := range group {
-		if err := w.awaitCtl(ctx, postWord(w.n, r), e.started[r]+1); err != nil {
-			return err
-		}
 		e.started[r]++
+		f := w.awaitCtl(ctx, postWord(w.n, r), e.started[r], func() error { return w.failed(r) })
+		if f != nil && (ctx.Err() != nil || errors.Is(f, fabric.ErrRevoked)) {
+			e.started[r]--
+			return f
+		}
+		if f != nil && err == nil {
+			err = f
+		}
 	}
 	e.access, e.accessOn = append(e.access[:0], group...), true
-	return nil
+	return err
 }
 
 // Complete ends the access epoch Start opened (MPI_Win_complete): every
 // operation of it is complete at its target, and each target's Wait
-// learns so.
+// learns so. If a target failed, Complete raises its failure; the epoch
+// is over all the same, with every operation to the other targets
+// complete, and those to the failed one undefined (Undefined).
 func (w *Window) Complete(ctx context.Context) error {
 	if err := w.begin(); err != nil {
 		return err
@@ -205,23 +290,35 @@ func (w *Window) Complete(ctx context.Context) error {
 	if !e.accessOn {
 		return fmt.Errorf("%w: Complete without Start", ErrEpoch)
 	}
-	for _, r := range e.access {
-		if err := w.flushTarget(ctx, r); err != nil {
-			return err
+	var err error
+	ok := e.okBuf(len(e.access))
+	for i, r := range e.access {
+		f := w.endTarget(ctx, r)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		ok[i] = f == nil
+		if f != nil && err == nil {
+			err = f
 		}
 	}
-	for _, r := range e.access {
+	for i, r := range e.access {
 		e.completed[r]++
-		if err := w.storeCtl(ctx, r, doneWord(w.n, w.me), e.completed[r]); err != nil {
-			return err
+		if !ok[i] {
+			continue
+		}
+		if f := w.storeCtl(ctx, r, doneWord(w.n, w.me), e.completed[r]); f != nil && err == nil {
+			err = w.targetErr(r, f)
 		}
 	}
 	e.accessOn = false
-	return nil
+	return err
 }
 
 // Wait ends the exposure epoch Post opened (MPI_Win_wait), once every
-// origin of it has called Complete.
+// origin of it has called Complete. If an origin failed first, Wait
+// raises its failure once the others have completed: the epoch is over,
+// and what the failed origin may have written is in Undefined.
 func (w *Window) Wait(ctx context.Context) error {
 	if err := w.begin(); err != nil {
 		return err
@@ -231,20 +328,26 @@ func (w *Window) Wait(ctx context.Context) error {
 	if !e.exposeOn {
 		return fmt.Errorf("%w: Wait without Post", ErrEpoch)
 	}
+	var err error
 	for _, r := range e.exposure {
-		if err := w.awaitCtl(ctx, doneWord(w.n, r), e.waited[r]+1); err != nil {
-			return err
+		f := w.awaitCtl(ctx, doneWord(w.n, r), e.waited[r]+1, func() error { return w.failed(r) })
+		if f != nil && (ctx.Err() != nil || errors.Is(f, fabric.ErrRevoked)) {
+			return f
+		}
+		if f != nil && err == nil {
+			err = f
 		}
 	}
 	for _, r := range e.exposure {
 		e.waited[r]++
 	}
 	e.exposeOn = false
-	return nil
+	return err
 }
 
 // Test is Wait that does not block (MPI_Win_test): it reports whether
-// the exposure epoch has ended, ending it if so.
+// the exposure epoch has ended, ending it if so. An origin known failed
+// counts as done, and Test then raises its failure with true.
 func (w *Window) Test() (bool, error) {
 	if err := w.begin(); err != nil {
 		return false, err
@@ -254,22 +357,37 @@ func (w *Window) Test() (bool, error) {
 	if !e.exposeOn {
 		return false, fmt.Errorf("%w: Test without Post", ErrEpoch)
 	}
+	if w.ep.KnownFailed() > 0 {
+		w.ep.Poll()
+	}
+	var err error
 	for _, r := range e.exposure {
 		if w.ctlAt(doneWord(w.n, r)) < e.waited[r]+1 {
-			return false, nil
+			f := w.failed(r)
+			if f == nil {
+				return false, nil
+			}
+			if err == nil {
+				err = f
+			}
 		}
 	}
 	for _, r := range e.exposure {
 		e.waited[r]++
 	}
 	e.exposeOn = false
-	return true, nil
+	return true, err
 }
 
 // Lock opens a passive-target access epoch to window rank r, taking its
 // lock shared or exclusive (MPI_Win_lock). It returns once the lock is
 // held; the target takes no part. With NoCheck no lock is taken (the
 // caller promises no conflicting lock).
+//
+// Lock raises an error matching fabric.ErrProcFailed when r is known
+// failed, and when a process that failed holds r's lock (or was taking
+// it): such a lock can never be taken again (the lock words name their
+// holders). No epoch is open then.
 func (w *Window) Lock(ctx context.Context, l LockType, r int, a Assert) error {
 	if err := a.check(NoCheck, "Lock"); err != nil {
 		return err
@@ -298,6 +416,9 @@ func (w *Window) Lock(ctx context.Context, l LockType, r int, a Assert) error {
 	case e.locks[r] != 0:
 		return fmt.Errorf("%w: rank %d is already locked by this process", ErrEpoch, r)
 	}
+	if err := w.failed(r); err != nil {
+		return err
+	}
 	if a&NoCheck == 0 {
 		if err := w.acquire(ctx, r, l); err != nil {
 			return err
@@ -314,7 +435,10 @@ func (w *Window) Lock(ctx context.Context, l LockType, r int, a Assert) error {
 const noCheckHeld LockType = 0x80
 
 // Unlock completes every operation to window rank r and releases the
-// lock Lock took (MPI_Win_unlock).
+// lock Lock took (MPI_Win_unlock). The epoch ends whatever happens. If r
+// failed, Unlock raises its failure (what this process wrote there is in
+// Undefined); if a process that failed holds r's lock too, Unlock raises
+// that failure once it has released its own hold.
 func (w *Window) Unlock(ctx context.Context, r int) error {
 	if err := w.begin(); err != nil {
 		return err
@@ -328,20 +452,28 @@ func (w *Window) Unlock(ctx context.Context, r int) error {
 	if l == 0 {
 		return fmt.Errorf("%w: Unlock of rank %d, which this process has not locked", ErrEpoch, r)
 	}
-	if err := w.flushTarget(ctx, r); err != nil {
-		return err
-	}
-	if l&noCheckHeld == 0 {
-		if err := w.unlockTarget(ctx, r, l); err != nil {
-			return err
+	if err := w.endTarget(ctx, r); err != nil {
+		if ctx.Err() != nil {
+			return err // the epoch stays: Unlock may be called again
 		}
+		e.locks[r] = 0
+		e.nlocks--
+		return err
 	}
 	e.locks[r] = 0
 	e.nlocks--
+	if l&noCheckHeld == 0 {
+		if err := w.unlockTarget(ctx, r, l); err != nil {
+			return w.targetErr(r, err)
+		}
+		return w.deadHolder(ctx, r)
+	}
 	return nil
 }
 
 // LockAll takes a shared lock at every window rank (MPI_Win_lock_all).
+// It raises, holding nothing, if a window rank failed or a process that
+// failed holds a lock LockAll needs.
 func (w *Window) LockAll(ctx context.Context, a Assert) error {
 	if err := a.check(NoCheck, "LockAll"); err != nil {
 		return err
@@ -360,11 +492,16 @@ func (w *Window) LockAll(ctx context.Context, a Assert) error {
 	case e.lockAll || e.nlocks > 0:
 		return fmt.Errorf("%w: LockAll while this process holds locks on the window", ErrEpoch)
 	}
+	if err := w.anyFailed(); err != nil {
+		return err
+	}
 	if a&NoCheck == 0 {
 		for r := range w.n {
 			if err := w.acquire(ctx, r, Shared); err != nil {
 				for q := r - 1; q >= 0; q-- {
-					w.unlockTarget(context.WithoutCancel(ctx), q, Shared)
+					if w.failed(q) == nil {
+						w.unlockTarget(context.WithoutCancel(ctx), q, Shared)
+					}
 				}
 				return err
 			}
@@ -376,7 +513,8 @@ func (w *Window) LockAll(ctx context.Context, a Assert) error {
 }
 
 // UnlockAll completes every operation and releases LockAll's locks
-// (MPI_Win_unlock_all).
+// (MPI_Win_unlock_all). The epoch ends whatever happens; it raises as
+// Unlock does, for the first target that failed.
 func (w *Window) UnlockAll(ctx context.Context) error {
 	if err := w.begin(); err != nil {
 		return err
@@ -386,22 +524,40 @@ func (w *Window) UnlockAll(ctx context.Context) error {
 	if !e.lockAll {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrEpoch)
 	}
-	if err := w.flushAll(ctx); err != nil {
-		return err
-	}
-	if !e.lockAllNoCheck {
-		for r := range w.n {
-			if err := w.unlockTarget(ctx, r, Shared); err != nil {
-				return err
-			}
+	var err error
+	ok := e.okBuf(w.n)
+	for r := range w.n {
+		f := w.endTarget(ctx, r)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		ok[r] = f == nil
+		if f != nil && err == nil {
+			err = f
 		}
 	}
 	e.lockAll = false
-	return nil
+	if !e.lockAllNoCheck {
+		for r := range w.n {
+			if !ok[r] {
+				continue
+			}
+			if f := w.unlockTarget(ctx, r, Shared); f != nil && err == nil {
+				err = w.targetErr(r, f)
+			}
+			if f := w.deadHolder(ctx, r); f != nil && err == nil {
+				err = f
+			}
+		}
+	}
+	return err
 }
 
 // Flush completes, at window rank r, every operation this process issued
-// to it (MPI_Win_flush); a Get's data is then in place.
+// to it (MPI_Win_flush); a Get's data is then in place. If r failed, or
+// the operations to it could not complete, Flush raises an error
+// matching fabric.ErrProcFailed and what they may have written is
+// undefined (Undefined); the epoch stays open until Unlock.
 func (w *Window) Flush(ctx context.Context, r int) error {
 	if w.fastFlush(r) {
 		return nil
@@ -440,17 +596,43 @@ func (w *Window) flushCall(ctx context.Context, r int, call string) error {
 	if !e.lockAll && e.nlocks == 0 || r >= 0 && !e.lockAll && e.locks[r] == 0 {
 		return fmt.Errorf("%w: %s outside a passive-target epoch", ErrEpoch, call)
 	}
-	if r < 0 {
-		return w.flushAll(ctx)
+	if r >= 0 {
+		return w.flushOne(ctx, r)
 	}
-	return w.flushTarget(ctx, r)
+	var err error
+	for q := range w.n {
+		if e.lockAll || e.locks[q] != 0 {
+			if f := w.flushOne(ctx, q); f != nil && err == nil {
+				err = f
+			}
+		}
+	}
+	return err
+}
+
+// flushOne completes the operations to window rank r inside a passive
+// epoch, which stays open. If r failed, or the flush did, it raises, and
+// what they may have written there is undefined.
+func (w *Window) flushOne(ctx context.Context, r int) error {
+	err := w.failed(r)
+	if err == nil {
+		err = w.flushTarget(ctx, r)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			w.lost(r)
+		}
+		return w.targetErr(r, err)
+	}
+	w.flushed(r)
+	return nil
 }
 
 // Sync makes this process's loads and stores on its window memory and
 // the window's public copy agree (MPI_Win_sync). The memory model is
 // unified, so it is a full memory barrier.
 func (w *Window) Sync() error {
-	if err := w.begin(); err != nil {
+	if err := w.enter(); err != nil {
 		return err
 	}
 	defer w.mu.Unlock()

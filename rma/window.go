@@ -55,6 +55,12 @@ type Info struct {
 	// SameSize and SameDispUnit ("same_size", "same_disp_unit"): every
 	// process gives the same size or displacement unit; Create checks it.
 	SameSize, SameDispUnit bool
+	// NoRangeRecords turns range records off (ranges.go; also
+	// RIVET_RMA_RANGES=off in the environment): writes then cost no
+	// record at their target, and after a failure Undefined reports whole
+	// windows instead of the ranges written. Rivet's own hint; every
+	// process of the window must give the same.
+	NoRangeRecords bool
 }
 
 // AccumulateOps is the accumulate_ops hint.
@@ -95,6 +101,11 @@ type Window struct {
 
 	gates    []atomic.Uint32 // per target, what needs no mutex (fast.go)
 	inflight atomic.Int64    // operations past a gate
+
+	track bool         // range records are on (ranges.go)
+	recs  []records    // per target, the ranges this process recorded there
+	gets  []pendingGet // gets over the NIC not yet flushed
+	und   Undefined    // what failed synchronizations left undefined
 }
 
 // target is how this process reaches one member's window.
@@ -220,7 +231,8 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 	if err != nil {
 		return nil, err
 	}
-	w := &Window{ep: ep, comm: comm, me: comm.Rank(), n: comm.Size(), flavor: flavor, info: info, disp: dispUnit, gates: make([]atomic.Uint32, comm.Size())}
+	w := &Window{ep: ep, comm: comm, me: comm.Rank(), n: comm.Size(), flavor: flavor, info: info, disp: dispUnit,
+		gates: make([]atomic.Uint32, comm.Size()), track: tracking(info), recs: make([]records, comm.Size())}
 	defer func() {
 		if err != nil {
 			w.release()
@@ -246,6 +258,9 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 	if baseErr != nil {
 		flags[0] |= 2
 	}
+	if !w.track {
+		flags[0] |= 4
+	}
 	all := make([]int32, w.n)
 	if err := collectives.Allgather(ctx, comm, flags, all); err != nil {
 		return nil, err
@@ -258,6 +273,7 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 			return nil, fmt.Errorf("%w: rank %d could not expose its window memory", fabric.ErrInvalid, r)
 		}
 		w.nic = w.nic || f&1 != 0
+		w.track = w.track && f&4 == 0 // records are useful only if every origin writes them
 	}
 	if w.nic && flavor == FlavorShared {
 		return nil, fmt.Errorf("%w: AllocateShared over processes that do not all share memory", fabric.ErrInvalid)
@@ -498,29 +514,48 @@ func (w *Window) SharedQuery(r int) ([]byte, int, error) {
 
 // Free frees the window (MPI_Win_free), collectively: it waits until
 // every process is done with the window, then releases this process's
-// memory and mappings. Every epoch must be closed first.
+// memory and mappings. Every epoch must be closed first (Revoke closes
+// them all, to abandon an epoch a failure left open).
+//
+// After a failure, or once the window is revoked, Free may raise an error
+// matching fabric.ErrProcFailed or fabric.ErrRevoked (at some members,
+// not necessarily all): it still releases everything this process holds
+// for the window, and the window is unusable, as after a Free that
+// succeeded. It never waits for a failed process.
 func (w *Window) Free(ctx context.Context) error {
 	w.mu.Lock()
 	if w.freed {
 		w.mu.Unlock()
 		return ErrFreed
 	}
-	if err := w.st.idle(); err != nil {
+	revoked := w.comm.IsRevoked()
+	if revoked {
+		w.abandon()
+	} else if err := w.st.idle(); err != nil {
 		w.mu.Unlock()
 		return fmt.Errorf("%w: Free with %v", ErrEpoch, err)
 	}
 	w.mu.Unlock()
-	if err := w.flushAll(ctx); err != nil {
-		return err
-	}
-	if err := collectives.Barrier(ctx, w.comm); err != nil {
-		return err
+	var err error
+	if revoked {
+		err = w.errRevoked()
+	} else {
+		err = w.flushAll(ctx)
+		if err == nil {
+			err = w.anyFailed()
+		}
+		if err == nil {
+			err = collectives.Barrier(ctx, w.comm)
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.freed = true
 	w.drain()
-	return w.release()
+	if e := w.release(); err == nil {
+		err = e
+	}
+	return err
 }
 
 // release frees the memory the window holds, mappings of peers' memory
