@@ -20,6 +20,7 @@ import (
 //	post   [n]           post[i]: how many exposure epochs rank i opened to this process
 //	done   [n]           done[j]: how many access epochs rank j completed here
 //	bar    [barRounds]   bar[k]: the fence barrier round k's epoch, from (me - 2^k) mod n
+//	rev                  not 0 once the window is revoked (failure.go)
 //	rec    [n]           rec[o]: the ranges origin o is writing here (ranges.go)
 //
 // Every word but the lock words has one writer, which stores a count
@@ -29,8 +30,9 @@ import (
 const barRounds = 32
 
 func lockWords(n int) int       { return (n + lockBits - 1) / lockBits }
-func ctlSize(n int) int         { return 8*(lockWords(n)+2*n+barRounds) + n*recSize }
-func scratchSize(n int) int     { return 8*(2*n+barRounds) + n*recSize }
+func ctlSize(n int) int         { return 8*(lockWords(n)+2*n+barRounds+1) + n*recSize }
+func scratchSize(n int) int     { return 8*(2*n+barRounds+1) + n*recSize }
+func revWord(n int) int         { return lockWords(n) + 2*n + barRounds }
 func postWord(n, i int) int     { return lockWords(n) + i }
 func doneWord(n, j int) int     { return lockWords(n) + n + j }
 func barWord(n, k int) int      { return lockWords(n) + 2*n + k }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/rivet-hpc/rivet/fabric"
 )
@@ -54,7 +55,7 @@ func (w *Window) anyFailed() error {
 // the window was revoked, or gone (one of failed, anyFailed) says a
 // process it waits on failed.
 func (w *Window) interrupted(gone func() error) error {
-	if w.comm.IsRevoked() {
+	if w.revokedHere() {
 		return w.errRevoked()
 	}
 	if gone != nil {
@@ -83,9 +84,6 @@ func (w *Window) Revoke() error {
 	if w.freed {
 		return ErrFreed
 	}
-	if err := w.comm.Revoke(); err != nil {
-		return err
-	}
 	w.abandon()
 	return nil
 }
@@ -93,7 +91,7 @@ func (w *Window) Revoke() error {
 // IsRevoked reports whether the window is revoked at this process
 // (MPI_Win_is_revoked): by Revoke here or at another member (once its
 // notice arrived), or because a call raised fabric.ErrRevoked.
-func (w *Window) IsRevoked() bool { return w.comm.IsRevoked() }
+func (w *Window) IsRevoked() bool { return w.comm.IsRevoked() || w.ctl != nil && w.revokedHere() }
 
 // GetFailed returns the group of the window's members this process knows
 // to have failed (MPI_Win_get_failed), in world ranks like Group, in the
@@ -103,21 +101,45 @@ func (w *Window) IsRevoked() bool { return w.comm.IsRevoked() }
 func (w *Window) GetFailed() fabric.Group { return w.comm.GetFailed() }
 
 // revoked checks, with w.mu held, whether the window has been revoked
-// since the last call, closing its epochs if so.
+// since the last call — a notice through the fabric, or the word a
+// member that knew wrote into this process's control memory — closing
+// its epochs if so.
 func (w *Window) revoked() error {
-	if !w.comm.IsRevoked() {
+	if !w.revokedHere() {
 		return nil
 	}
 	w.abandon()
 	return w.errRevoked()
 }
 
+// revokedHere reports whether this process knows the window is revoked,
+// without the mutex: what the fast paths ask.
+func (w *Window) revokedHere() bool {
+	return w.comm.IsRevoked() || atomic.LoadUint64(word(w.ctl, uint64(8*revWord(w.n)))) != 0
+}
+
 // abandon closes every epoch of a revoked window at this process: what
 // its operations may have changed at their targets, and the local
-// buffers its gets had not completed, become undefined. With w.mu held.
+// buffers its gets had not completed, become undefined. The first time,
+// it also revokes the window's communicator, if no notice did yet, and
+// writes the revoked word into every live member's control memory: a
+// member whose calls all take the fast paths (a put and a flush on
+// shared memory poll nothing) sees the word at its next flush. With
+// w.mu held.
 func (w *Window) abandon() {
 	if w.st.locks == nil {
 		w.st.init(w.n)
+	}
+	if !w.abandoned {
+		w.abandoned = true
+		w.comm.Revoke()
+		ctx := context.Background()
+		for r := range w.n {
+			if r != w.me && w.failed(r) == nil {
+				w.storeCtl(ctx, r, revWord(w.n), 1) // best effort: the notice is the reliable way
+			}
+		}
+		atomic.StoreUint64(word(w.ctl, uint64(8*revWord(w.n))), 1)
 	}
 	for r := range w.n {
 		w.lost(r)

@@ -116,7 +116,7 @@ func (w *Window) recorded(t *target, off uint64, n int) bool {
 // the mutex.
 func (w *Window) fastFlush(r int) bool {
 	return uint(r) < uint(len(w.gates)) && w.gates[r].Load()&gateFlush != 0 &&
-		w.ep.KnownFailed() == 0 && !w.comm.IsRevoked()
+		w.ep.KnownFailed() == 0 && !w.revokedHere()
 }
 
 // drain closes the gates and waits for the operations already past them.

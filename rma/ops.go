@@ -86,7 +86,7 @@ func transfer[T any](ctx context.Context, w *Window, buf []T, r, disp int, put b
 		return err
 	}
 	if put {
-		if err := w.record(ctx, t, r, off, len(b)); err != nil {
+		if err := w.record(ctx, r, disp, off, len(b)); err != nil {
 			return w.targetErr(r, err)
 		}
 	}
@@ -182,7 +182,7 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 		out = elem.Bytes(result)
 	}
 	if u.Kind != reduce.KNoOp {
-		if err := w.record(ctx, t, r, off, n*esz); err != nil {
+		if err := w.record(ctx, r, disp, off, n*esz); err != nil {
 			return w.targetErr(r, err)
 		}
 	}
@@ -198,7 +198,7 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 		}, out)
 	}
 	if err != nil && ctx.Err() == nil {
-		w.lostResult(r, off, n*esz, u.Kind != reduce.KNoOp, out)
+		w.lostResult(r, w.rangeAt(disp, off), n*esz, u.Kind != reduce.KNoOp, out)
 	}
 	return w.targetErr(r, err)
 }
@@ -230,7 +230,7 @@ func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origi
 	if off%uint64(esz) != 0 {
 		return old, fmt.Errorf("%w: CompareAndSwap at byte %d, not aligned to its %d-byte element", ErrType, off, esz)
 	}
-	if err := w.record(ctx, t, r, off, esz); err != nil {
+	if err := w.record(ctx, r, disp, off, esz); err != nil {
 		return old, w.targetErr(r, err)
 	}
 	if esz == 8 {
@@ -245,7 +245,7 @@ func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origi
 		}, out)
 	}
 	if err != nil && ctx.Err() == nil {
-		w.lostResult(r, off, esz, true, nil)
+		w.lostResult(r, w.rangeAt(disp, off), esz, true, nil)
 		return old, w.targetErr(r, err)
 	}
 	return vals[2], err

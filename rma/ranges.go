@@ -44,8 +44,8 @@ const (
 // recOff is where origin o's record block lies in a target's control
 // memory, recScratch where this process keeps its block for target t in
 // its scratch memory (the source of the RDMA write).
-func recOff(n, o int) int     { return 8*(lockWords(n)+2*n+barRounds) + o*recSize }
-func recScratch(n, t int) int { return 8*(2*n+barRounds) + t*recSize }
+func recOff(n, o int) int     { return 8*(revWord(n)+1) + o*recSize }
+func recScratch(n, t int) int { return 8*(scratchOf(n, revWord(n))+1) + t*recSize }
 
 // span is a range [lo, hi) of a target's memory: byte offsets in its
 // window, or addresses in a dynamic window.
@@ -111,13 +111,14 @@ func tracking(info Info) bool {
 	return !info.NoRangeRecords && os.Getenv("RIVET_RMA_RANGES") != "off"
 }
 
-// record makes sure [off, off+n) of window rank r's memory is recorded
-// before a write to it; with w.mu held. This process's copy of the
+// record makes sure [off, off+n) of window rank r's memory (at
+// displacement disp) is recorded before a write to it; with w.mu held. This process's copy of the
 // records is kept with records off too: it is what Undefined reports
 // as the targets a failed synchronization leaves undefined.
-func (w *Window) record(ctx context.Context, t *target, r int, off uint64, n int) error {
+func (w *Window) record(ctx context.Context, r int, disp int, off uint64, n int) error {
 	rc := &w.recs[r]
-	lo, hi := off, off+uint64(n)
+	lo := w.rangeAt(disp, off)
+	hi := lo + uint64(n)
 	if n == 0 || rc.covers(lo, hi) && !rc.flushed {
 		return nil
 	}
@@ -131,7 +132,7 @@ func (w *Window) record(ctx context.Context, t *target, r int, off uint64, n int
 	if !w.track {
 		return nil
 	}
-	return w.writeRecords(ctx, t, r)
+	return w.writeRecords(ctx, &w.targets[r], r)
 }
 
 // writeRecords writes this process's record block for window rank r
@@ -232,6 +233,16 @@ func (w *Window) lostResult(r int, off uint64, n int, writes bool, b []byte) {
 	}
 }
 
+// rangeAt is where an operation at displacement disp (byte offset off)
+// starts, as records and Undefined name it: off, or in a dynamic
+// window the address.
+func (w *Window) rangeAt(disp int, off uint64) uint64 {
+	if w.flavor == FlavorDynamic {
+		return uint64(disp)
+	}
+	return off
+}
+
 // whole is all of window rank r's memory, what a failure makes undefined
 // without range records: a dynamic window's is every address.
 func (w *Window) whole(r int) Span {
@@ -299,7 +310,7 @@ func (w *Window) Undefined() Undefined {
 	if w.ctl == nil {
 		return u
 	}
-	revoked := w.comm.IsRevoked()
+	revoked := w.revokedHere()
 	for o := range w.n {
 		if o == w.me || !revoked && w.failed(o) == nil {
 			continue

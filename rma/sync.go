@@ -105,10 +105,17 @@ func (w *Window) enter() error {
 }
 
 // begin is enter for the operations and synchronizations, which a
-// revoked window refuses (closing its epochs the first time).
+// revoked window refuses (closing its epochs the first time). At most
+// once a millisecond it polls the fabric, so that a process that only
+// makes one-sided calls — which never wait in the fabric on shared
+// memory — still learns of failures and revokes.
 func (w *Window) begin() error {
 	if err := w.enter(); err != nil {
 		return err
+	}
+	if now := time.Now(); now.Sub(w.polled) >= time.Millisecond {
+		w.polled = now
+		w.ep.Poll()
 	}
 	if err := w.revoked(); err != nil {
 		w.publish()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
@@ -106,6 +107,11 @@ type Window struct {
 	recs  []records    // per target, the ranges this process recorded there
 	gets  []pendingGet // gets over the NIC not yet flushed
 	und   Undefined    // what failed synchronizations left undefined
+	// abandoned: the window was revoked here, and this process told
+	// the others (abandon).
+	abandoned bool
+
+	polled time.Time // when begin last polled the fabric
 }
 
 // target is how this process reaches one member's window.
@@ -528,7 +534,7 @@ func (w *Window) Free(ctx context.Context) error {
 		w.mu.Unlock()
 		return ErrFreed
 	}
-	revoked := w.comm.IsRevoked()
+	revoked := w.revokedHere()
 	if revoked {
 		w.abandon()
 	} else if err := w.st.idle(); err != nil {
