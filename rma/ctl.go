@@ -21,6 +21,7 @@ import (
 //	done   [n]           done[j]: how many access epochs rank j completed here
 //	bar    [barRounds]   bar[k]: the fence barrier round k's epoch, from (me - 2^k) mod n
 //	rev                  not 0 once the window is revoked (failure.go)
+//	free   [n]           free[j]: rank j is in Free (Window.Free)
 //	rec    [n]           rec[o]: the ranges origin o is writing here (ranges.go)
 //
 // Every word but the lock words has one writer, which stores a count
@@ -30,9 +31,10 @@ import (
 const barRounds = 32
 
 func lockWords(n int) int       { return (n + lockBits - 1) / lockBits }
-func ctlSize(n int) int         { return 8*(lockWords(n)+2*n+barRounds+1) + n*recSize }
-func scratchSize(n int) int     { return 8*(2*n+barRounds+1) + n*recSize }
+func ctlSize(n int) int         { return 8*(lockWords(n)+3*n+barRounds+1) + n*recSize }
+func scratchSize(n int) int     { return 8*(3*n+barRounds+1) + n*recSize }
 func revWord(n int) int         { return lockWords(n) + 2*n + barRounds }
+func freeWord(n, j int) int     { return revWord(n) + 1 + j }
 func postWord(n, i int) int     { return lockWords(n) + i }
 func doneWord(n, j int) int     { return lockWords(n) + n + j }
 func barWord(n, k int) int      { return lockWords(n) + 2*n + k }

@@ -44,8 +44,8 @@ const (
 // recOff is where origin o's record block lies in a target's control
 // memory, recScratch where this process keeps its block for target t in
 // its scratch memory (the source of the RDMA write).
-func recOff(n, o int) int     { return 8*(revWord(n)+1) + o*recSize }
-func recScratch(n, t int) int { return 8*(scratchOf(n, revWord(n))+1) + t*recSize }
+func recOff(n, o int) int     { return 8*freeWord(n, n) + o*recSize }
+func recScratch(n, t int) int { return 8*scratchOf(n, freeWord(n, n)) + t*recSize }
 
 // span is a range [lo, hi) of a target's memory: byte offsets in its
 // window, or addresses in a dynamic window.

@@ -523,11 +523,13 @@ func (w *Window) SharedQuery(r int) ([]byte, int, error) {
 // memory and mappings. Every epoch must be closed first (Revoke closes
 // them all, to abandon an epoch a failure left open).
 //
-// After a failure, or once the window is revoked, Free may raise an error
+// After a failure, or once the window is revoked, Free raises an error
 // matching fabric.ErrProcFailed or fabric.ErrRevoked (at some members,
-// not necessarily all): it still releases everything this process holds
-// for the window, and the window is unusable, as after a Free that
-// succeeded. It never waits for a failed process.
+// perhaps not all). It waits for the live members only — each tells the
+// others it is freeing, in their control memory — so that no survivor
+// still reaches memory this one released; then it releases everything
+// this process holds for the window, and the window is unusable, as
+// after a Free that succeeded. It never waits for a failed process.
 func (w *Window) Free(ctx context.Context) error {
 	w.mu.Lock()
 	if w.freed {
@@ -542,17 +544,29 @@ func (w *Window) Free(ctx context.Context) error {
 		return fmt.Errorf("%w: Free with %v", ErrEpoch, err)
 	}
 	w.mu.Unlock()
-	var err error
-	if revoked {
-		err = w.errRevoked()
-	} else {
-		err = w.flushAll(ctx)
-		if err == nil {
-			err = w.anyFailed()
+	// Tell every live member this process is freeing: a member that met
+	// a failure waits for these words rather than a barrier. The flush
+	// completes them (and every operation) before anyone can release.
+	for r := range w.n {
+		if r != w.me && w.failed(r) == nil {
+			w.storeCtl(ctx, r, freeWord(w.n, w.me), 1)
 		}
-		if err == nil {
+	}
+	err := w.flushAll(ctx)
+	if revoked {
+		err = nil // the revoke's operations ended undefined; flush errors say nothing new
+	}
+	switch {
+	case err != nil:
+	case revoked:
+		err = w.errRevoked()
+	default:
+		if err = w.anyFailed(); err == nil {
 			err = collectives.Barrier(ctx, w.comm)
 		}
+	}
+	if err != nil && ctx.Err() == nil {
+		w.awaitFreeing(ctx)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -562,6 +576,22 @@ func (w *Window) Free(ctx context.Context) error {
 		err = e
 	}
 	return err
+}
+
+// awaitFreeing waits until every member not known failed has said it is
+// freeing the window, honouring ctx.
+func (w *Window) awaitFreeing(ctx context.Context) {
+	for r := range w.n {
+		for spins := 0; r != w.me && w.ctlAt(freeWord(w.n, r)) == 0 && w.failed(r) == nil; spins++ {
+			if ctx.Err() != nil {
+				return
+			}
+			if spins%64 == 63 {
+				w.ep.Poll()
+			}
+			sleepCtx(ctx, 20)
+		}
+	}
 }
 
 // release frees the memory the window holds, mappings of peers' memory
