@@ -158,13 +158,16 @@ func (w *Window) flushTarget(ctx context.Context, r int) error {
 	return nil
 }
 
-// flushAll completes every operation this process issued on the window.
+// flushAll completes every operation this process issued on the window;
+// it flushes every live target even when one fails, and returns the
+// first error.
 func (w *Window) flushAll(ctx context.Context) error {
 	if !w.nic {
 		return nil
 	}
 	self := w.ep.World().Rank()
 	selfDone := false
+	var first error
 	for r := range w.targets {
 		t := &w.targets[r]
 		if t.nicRank < 0 {
@@ -176,11 +179,21 @@ func (w *Window) flushAll(ctx context.Context) error {
 			}
 			selfDone = true
 		}
-		if err := w.ep.Flush(ctx, t.nicRank); err != nil {
-			return err
+		var err error
+		if t.nicRank != self {
+			err = w.failed(r) // (the loopback pair is this process's own)
+		}
+		if err == nil {
+			err = w.ep.Flush(ctx, t.nicRank)
+		}
+		if err != nil && first == nil {
+			first = w.targetErr(r, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 	}
-	return nil
+	return first
 }
 
 // barrier is a dissemination barrier over the bar words: in round k each
