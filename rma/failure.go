@@ -91,7 +91,7 @@ func (w *Window) Revoke() error {
 // IsRevoked reports whether the window is revoked at this process
 // (MPI_Win_is_revoked): by Revoke here or at another member (once its
 // notice arrived), or because a call raised fabric.ErrRevoked.
-func (w *Window) IsRevoked() bool { return w.comm.IsRevoked() || w.ctl != nil && w.revokedHere() }
+func (w *Window) IsRevoked() bool { return w.comm.IsRevoked() || w.rev != nil && w.revokedHere() }
 
 // GetFailed returns the group of the window's members this process knows
 // to have failed (MPI_Win_get_failed), in world ranks like Group, in the
@@ -115,7 +115,7 @@ func (w *Window) revoked() error {
 // revokedHere reports whether this process knows the window is revoked,
 // without the mutex: what the fast paths ask.
 func (w *Window) revokedHere() bool {
-	return w.comm.IsRevoked() || atomic.LoadUint64(word(w.ctl, uint64(8*revWord(w.n)))) != 0
+	return atomic.LoadUint64(w.rev) != 0 || w.comm.IsRevoked()
 }
 
 // abandon closes every epoch of a revoked window at this process: what
@@ -139,7 +139,7 @@ func (w *Window) abandon() {
 				w.storeCtl(ctx, r, revWord(w.n), 1) // best effort: the notice is the reliable way
 			}
 		}
-		atomic.StoreUint64(word(w.ctl, uint64(8*revWord(w.n))), 1)
+		atomic.StoreUint64(w.rev, 1)
 	}
 	for r := range w.n {
 		w.lost(r)

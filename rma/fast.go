@@ -102,9 +102,9 @@ func (w *Window) recorded(t *target, off uint64, n int) bool {
 	if !w.track {
 		return true
 	}
-	b := t.ctl[recOff(w.n, w.me):][:recSize]
-	for i := 0; i < recSize; i += 16 {
-		lo, hi := atomic.LoadUint64(word(b, uint64(i))), atomic.LoadUint64(word(b, uint64(i+8)))
+	b := (*[2 * recSlots]uint64)(unsafe.Pointer(&t.ctl[w.recAt]))
+	for i := 0; i < 2*recSlots; i += 2 {
+		lo, hi := atomic.LoadUint64(&b[i]), atomic.LoadUint64(&b[i+1])
 		if lo < hi && lo <= off && off+uint64(n) <= hi {
 			return true
 		}
@@ -116,7 +116,7 @@ func (w *Window) recorded(t *target, off uint64, n int) bool {
 // the mutex.
 func (w *Window) fastFlush(r int) bool {
 	return uint(r) < uint(len(w.gates)) && w.gates[r].Load()&gateFlush != 0 &&
-		w.ep.KnownFailed() == 0 && !w.revokedHere()
+		atomic.LoadUint64(w.rev) == 0 && w.ep.KnownFailed() == 0 && !w.comm.IsRevoked()
 }
 
 // drain closes the gates and waits for the operations already past them.

@@ -140,7 +140,7 @@ func (w *Window) record(ctx context.Context, r int, disp int, off uint64, n int)
 // write from the scratch memory, on the queue pair the data takes.
 func (w *Window) writeRecords(ctx context.Context, t *target, r int) error {
 	rc := &w.recs[r]
-	off := uint64(recOff(w.n, w.me))
+	off := uint64(w.recAt)
 	if t.local {
 		for i, s := range rc.s {
 			atomic.StoreUint64(word(t.ctl, off+uint64(16*i)), s.lo)

@@ -104,6 +104,8 @@ type Window struct {
 	inflight atomic.Int64    // operations past a gate
 
 	track bool         // range records are on (ranges.go)
+	recAt int          // where this process's record blocks lie in a target's control memory
+	rev   *uint64      // this process's revoked word (failure.go)
 	recs  []records    // per target, the ranges this process recorded there
 	gets  []pendingGet // gets over the NIC not yet flushed
 	und   Undefined    // what failed synchronizations left undefined
@@ -374,6 +376,7 @@ func (w *Window) setup(flavor Flavor, base []byte, size int, mine *desc) (err er
 	if w.scratch, err = w.alloc(scratchSize(w.n)); err != nil {
 		return err
 	}
+	w.recAt, w.rev = recOff(w.n, w.me), word(w.ctl, uint64(8*revWord(w.n)))
 	if len(w.base) > 0 {
 		mine.dataExposed = true
 		if mine.ldata, err = ep.ExposeLocal(padded(w.base)); err != nil {
