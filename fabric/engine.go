@@ -56,8 +56,8 @@ type engine struct {
 	scheds []*Schedule // schedules in progress
 	freeS  []*Schedule // finished ones, for reuse
 
-	failed   []error // per world rank: why it is gone; nil while alive
-	nfailed  int
+	failed  []error // per world rank: why it is gone; nil while alive
+	nfailed int
 	// declared counts the ranks known failed (len(order)), for readers
 	// that do not take e.mu (Endpoint.KnownFailed).
 	declared atomic.Int32

@@ -150,11 +150,3 @@ func (w *Window) abandon() {
 	e.nlocks = 0
 	w.publish()
 }
-
-// ctxOr is ctx's error if it ended, else err.
-func ctxOr(ctx context.Context, err error) error {
-	if e := ctx.Err(); e != nil {
-		return e
-	}
-	return err
-}

@@ -43,6 +43,52 @@ var (
 func init() {
 	progs.Add("fail", progFail)
 	progs.Add("revoke", progRevoke)
+	progs.Add("deadowner", progDeadOwner)
+}
+
+// TestDeadOwner: rank 3 takes the exclusive lock of every rank and dies
+// holding them; every survivor then tries each lock, shared and
+// exclusive — already waiting when the failure is not known yet — and
+// each attempt raises ErrProcFailed instead of spinning, as LockAll does.
+func TestDeadOwner(t *testing.T) {
+	for _, p := range providers(t, []int{4}) {
+		if p.name == "mixed" {
+			continue
+		}
+		t.Run(p.name, func(t *testing.T) { failJob(t, "deadowner", fOwner, p.env) })
+	}
+}
+
+func progDeadOwner(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	me, n := c.Rank(), c.Size()
+	w, err := Allocate(ctx, c, 64, 8, Info{})
+	must(err, "allocate")
+	if me == fOwner {
+		for r := range n {
+			must(w.Lock(ctx, Exclusive, r, 0), "owner's lock")
+		}
+	}
+	must(collectives.Barrier(ctx, c), "barrier")
+	dieWhenReady(ctx, c, fOwner, []int{0, 1, 2, 3})
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for i := range n {
+		r := (me + i) % n
+		for _, l := range []LockType{Shared, Exclusive} {
+			err := w.Lock(sctx, l, r, 0)
+			if !errors.Is(err, fabric.ErrProcFailed) {
+				failf("%v lock of rank %d, whose lock a dead process holds: %v", l, r, err)
+			}
+		}
+	}
+	if err := w.LockAll(sctx, 0); !errors.Is(err, fabric.ErrProcFailed) {
+		failf("lock all: %v", err)
+	}
+	if err := w.Free(sctx); !errors.Is(err, fabric.ErrProcFailed) {
+		failf("free: %v", err)
+	}
+	return nil
 }
 
 func TestFailureMatrix(t *testing.T) {
@@ -354,10 +400,10 @@ func checkTargetMemory(win window, v int, sync string, complete bool) {
 	}
 }
 
-// coveredBy reports whether spans of rank r cover [lo, hi).
-func int64s(b []byte) []int64 { return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), len(b)/8) }
+func int64s(b []byte) []int64  { return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), len(b)/8) }
 func bytesOf(s []int64) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 8*len(s)) }
 
+// coveredBy reports whether spans of rank r cover [lo, hi).
 func coveredBy(spans []Span, r int, lo, hi uint64) bool {
 	for _, s := range spans {
 		if s.Rank == r && s.Off <= lo && hi <= s.Off+s.Len {

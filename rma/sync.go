@@ -364,9 +364,6 @@ func (w *Window) Test() (bool, error) {
 	if !e.exposeOn {
 		return false, fmt.Errorf("%w: Test without Post", ErrEpoch)
 	}
-	if w.ep.KnownFailed() > 0 {
-		w.ep.Poll()
-	}
 	var err error
 	for _, r := range e.exposure {
 		if w.ctlAt(doneWord(w.n, r)) < e.waited[r]+1 {

@@ -581,11 +581,12 @@ func (w *Window) Free(ctx context.Context) error {
 	return err
 }
 
-// awaitFreeing waits until every member not known failed has said it is
-// freeing the window, honouring ctx.
+// awaitFreeing waits until every member not known failed (or gone: it
+// closed its endpoint) has said it is freeing the window, honouring ctx.
 func (w *Window) awaitFreeing(ctx context.Context) {
 	for r := range w.n {
-		for spins := 0; r != w.me && w.ctlAt(freeWord(w.n, r)) == 0 && w.failed(r) == nil; spins++ {
+		wr := w.targets[r].world
+		for spins := 0; r != w.me && w.ctlAt(freeWord(w.n, r)) == 0 && w.failed(r) == nil && w.ep.State(wr) != fabric.Stopped; spins++ {
 			if ctx.Err() != nil {
 				return
 			}
