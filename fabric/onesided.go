@@ -175,6 +175,14 @@ func (ep *Endpoint) Flush(ctx context.Context, peer int) error {
 		}
 		err := c.Err
 		c.Err = nil
+		if f := e.failed[peer]; err != nil && f != nil {
+			// The completion error broke the connection, and the poll
+			// that found it recorded the peer as failed (a dead peer's
+			// NIC may answer with a remote access error rather than
+			// not at all): report it as an operation involving a
+			// failed peer does.
+			return true, e.peerError(nil, peer, f)
+		}
 		return true, err
 	})
 }

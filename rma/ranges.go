@@ -159,7 +159,7 @@ func (w *Window) writeRecords(ctx context.Context, t *target, r int) error {
 // clearRecords ends window rank r's records once its epoch ended with
 // every write complete; with w.mu held.
 func (w *Window) clearRecords(ctx context.Context, r int) error {
-	w.gets = slices.DeleteFunc(w.gets, func(g pendingGet) bool { return g.r == r })
+	w.forgetGets(r)
 	rc := &w.recs[r]
 	if rc.empty() {
 		return nil
@@ -177,7 +177,21 @@ func (w *Window) flushed(r int) {
 	if !w.recs[r].empty() {
 		w.recs[r].flushed = true
 	}
-	w.gets = slices.DeleteFunc(w.gets, func(g pendingGet) bool { return g.r == r })
+	w.forgetGets(r)
+}
+
+// forgetGets drops the gets from window rank r, complete now (a loop,
+// not slices.DeleteFunc: a closure here would cost every flush an
+// allocation).
+func (w *Window) forgetGets(r int) {
+	k := 0
+	for _, g := range w.gets {
+		if g.r != r {
+			w.gets[k] = g
+			k++
+		}
+	}
+	w.gets = w.gets[:k]
 }
 
 // pendingGet is a get (or a result of the accumulate family) whose

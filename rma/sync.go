@@ -192,6 +192,9 @@ func (w *Window) endTarget(ctx context.Context, r int) error {
 // targetErr names window rank r in an error of an operation to it that
 // the fabric reported by world rank.
 func (w *Window) targetErr(r int, err error) error {
+	if err == nil {
+		return nil
+	}
 	var pe *fabric.PeerError
 	if errors.As(err, &pe) && pe.Rank < 0 {
 		return &fabric.PeerError{Rank: r, WorldRank: pe.WorldRank, Err: pe.Err}
