@@ -220,6 +220,9 @@ func progFail(ctx context.Context, ep *fabric.Endpoint) error {
 	alive := []int{0, 1, 2, 3}
 	dieWhenReady(ctx, c, v, alive)
 	awaitKnown(ctx, ep, v)
+	if g := win.GetFailed(); g.Size() != 1 || g.Members()[0] != v {
+		failf("GetFailed: %v, want rank %d alone", g.Members(), v)
+	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
@@ -243,7 +246,26 @@ func progFail(ctx context.Context, ep *fabric.Endpoint) error {
 			check("complete", win.Complete(sctx), v == fTarget)
 			originDone = v != fTarget
 		case fTarget:
-			check("wait", win.Wait(sctx), v == fOrigin)
+			if flavor == "create" {
+				// Test, the nonblocking Wait: a failed origin counts as
+				// done, and Test raises with true.
+				for {
+					done, err := win.Test()
+					if done || err != nil {
+						if !done {
+							failf("test: %v, and not done", err)
+						}
+						check("test", err, v == fOrigin)
+						break
+					}
+					if sctx.Err() != nil {
+						failf("test: never done")
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+			} else {
+				check("wait", win.Wait(sctx), v == fOrigin)
+			}
 		}
 	default:
 		if me == fOrigin {
@@ -301,6 +323,11 @@ func progFail(ctx context.Context, ep *fabric.Endpoint) error {
 		}
 		if !coveredBy(u.Target, fTarget, lo, hi) {
 			failf("Undefined().Target %v does not cover [%d, %d) of rank %d", u.Target, lo, hi, fTarget)
+		}
+		// Over verbs the get's buffer may be half-written: reported.
+		// (On shared memory a get is a copy, complete when it returns.)
+		if a := uint64(Address(got)); ep.Provider(fTarget) == "verbs" && !coveredBy(u.Local, fTarget, a, a+8*failN) {
+			failf("Undefined().Local %v does not hold the get's buffer [%#x, %#x)", u.Local, a, a+8*failN)
 		}
 		if sync == "flush" && ep.Provider(fTarget) == "verbs" {
 			// (On shared memory a flush with nothing to do records

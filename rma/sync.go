@@ -170,23 +170,12 @@ func (w *Window) Fence(ctx context.Context, a Assert) error {
 }
 
 // endTarget ends this process's epoch at window rank r: it completes the
-// operations to r, and clears the ranges it recorded there; if r failed
-// (or the flush did), what they wrote there is undefined.
+// operations to r (flushOne), and clears the ranges it recorded there.
 func (w *Window) endTarget(ctx context.Context, r int) error {
-	err := w.failed(r)
-	if err == nil {
-		err = w.flushTarget(ctx, r)
+	if err := w.flushOne(ctx, r); err != nil {
+		return err
 	}
-	if err == nil {
-		err = w.clearRecords(ctx, r)
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			w.lost(r)
-		}
-		return w.targetErr(r, err)
-	}
-	return nil
+	return w.targetErr(r, w.clearRecords(ctx, r))
 }
 
 // targetErr names window rank r in an error of an operation to it that
@@ -480,7 +469,8 @@ func (w *Window) Unlock(ctx context.Context, r int) error {
 
 // LockAll takes a shared lock at every window rank (MPI_Win_lock_all).
 // It raises, holding nothing, if a window rank failed or a process that
-// failed holds a lock LockAll needs.
+// failed holds a lock LockAll needs; with NoCheck it takes no lock, and
+// raises for neither.
 func (w *Window) LockAll(ctx context.Context, a Assert) error {
 	if err := a.check(NoCheck, "LockAll"); err != nil {
 		return err
@@ -499,10 +489,10 @@ func (w *Window) LockAll(ctx context.Context, a Assert) error {
 	case e.lockAll || e.nlocks > 0:
 		return fmt.Errorf("%w: LockAll while this process holds locks on the window", ErrEpoch)
 	}
-	if err := w.anyFailed(); err != nil {
-		return err
-	}
 	if a&NoCheck == 0 {
+		if err := w.anyFailed(); err != nil {
+			return err
+		}
 		for r := range w.n {
 			if err := w.acquire(ctx, r, Shared); err != nil {
 				for q := r - 1; q >= 0; q-- {
@@ -617,9 +607,9 @@ func (w *Window) flushCall(ctx context.Context, r int, call string) error {
 	return err
 }
 
-// flushOne completes the operations to window rank r inside a passive
-// epoch, which stays open. If r failed, or the flush did, it raises, and
-// what they may have written there is undefined.
+// flushOne completes the operations to window rank r. If r failed, or
+// the flush did, it raises, and what they may have written there is
+// undefined.
 func (w *Window) flushOne(ctx context.Context, r int) error {
 	err := w.failed(r)
 	if err == nil {
