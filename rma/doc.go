@@ -23,5 +23,14 @@
 // cannot do natively (any op but an 8-byte integer sum, elements under 8
 // bytes) are compare-and-swap loops on the aligned 8-byte words that
 // hold the elements, which keeps MPI's per-element atomicity among all
-// accumulate-family calls. See docs/rma.md.
+// accumulate-family calls.
+//
+// Under failure (MPI's §16.2.5, §16.3.2) a synchronization that needs a
+// failed process raises an error matching fabric.ErrProcFailed instead
+// of waiting; a lock whose holder died is recognized from the lock words
+// and can never be taken again; Window.Revoke revokes a window at every
+// live member; and Window.Undefined reports, on the target and on the
+// origin, exactly which ranges a failure made undefined — origins record
+// the ranges they write in the target's memory before the data (range
+// records, which Info.NoRangeRecords turns off). See docs/rma.md.
 package rma
