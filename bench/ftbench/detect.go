@@ -102,13 +102,28 @@ func Round(ctx context.Context, ep *fabric.Endpoint, fault string) (time.Duratio
 				last = max(last, int64(binary.LittleEndian.Uint64(b[:])))
 			}
 		}
+		for r := 1; r < n; r++ {
+			if r != v {
+				if err := w.Send(ctx, nil, r, 4); err != nil {
+					return 0, err
+				}
+			}
+		}
 		return time.Duration(last - t0), nil
 	default:
 		if err := w.Send(ctx, nil, 0, 2); err != nil {
 			return 0, err
 		}
 		binary.LittleEndian.PutUint64(b[:], uint64(awaitFailed(ctx, w, v)))
-		return 0, w.Send(ctx, b[:], 0, 3)
+		if err := w.Send(ctx, b[:], 0, 3); err != nil {
+			return 0, err
+		}
+		// Wait, in the library, until every survivor knows: a survivor
+		// that went on to close its endpoint and exit would take the CPU
+		// from those still to learn, on a node with more ranks than CPUs,
+		// and the round would time this program's teardown.
+		_, err := w.Recv(ctx, nil, 0, 4)
+		return 0, err
 	}
 }
 

@@ -154,7 +154,7 @@ func (s *Provider) Connect(me int, local []int, paths []string, pids []int) erro
 			s.selfIx = ix
 			continue
 		}
-		seg, err := shmseg.Open(paths[ix], len(local))
+		seg, err := shmseg.Open(paths[ix], len(local), s.indexOf(me))
 		if err != nil {
 			return fmt.Errorf("fabric: the shared memory of rank %d: %w", w, err)
 		}

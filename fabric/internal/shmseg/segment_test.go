@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,12 +27,12 @@ func TestCreateOpen(t *testing.T) {
 	if len(seg) != Size(3) {
 		t.Errorf("segment of %d bytes, want %d", len(seg), Size(3))
 	}
-	peer, err := Open(path, 3)
+	peer, err := Open(path, 3, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unix.Munmap(peer)
-	if _, err := Open(path, 4); err == nil || !strings.Contains(err.Error(), "not a segment for 4 processes") {
+	if _, err := Open(path, 4, 1); err == nil || !strings.Contains(err.Error(), "not a segment for 4 processes") {
 		t.Errorf("opened for 4 processes: %v", err)
 	}
 	last := RingAt(seg, 2, Cells(3))
@@ -43,6 +44,63 @@ func TestCreateOpen(t *testing.T) {
 	if CellsFor(0) != 1 || CellsFor(CellSize-CellHeader) != 1 || CellsFor(CellSize-CellHeader+1) != 2 {
 		t.Error("CellsFor miscounts")
 	}
+}
+
+// TestOpenMapsWhatItUses: a peer's segment is mapped in only where the
+// opening process will touch it — the header, the ring it writes, the
+// staging area — so that its exit has fewer pages to unmap.
+func TestOpenMapsWhatItUses(t *testing.T) {
+	const n = 8
+	path, seg, err := Create("rivet-shmseg-test", 0, n, [8]byte{2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(path)
+	defer unix.Munmap(seg)
+	page := os.Getpagesize()
+	pages := func(from, to int) int { return ((to+page-1)/page - from/page) * page }
+	if got := rss(t, seg); got != pages(0, Size(n)) {
+		t.Errorf("own segment: %d bytes mapped in, want all %d", got, pages(0, Size(n)))
+	}
+	peer, err := Open(path, n, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(peer)
+	ring := RingAt(peer, 3, Cells(n))
+	from := HeaderSize + 3*(RingHeader+Cells(n)*CellSize)
+	want := pages(0, HeaderSize) + pages(from, from+RingHeader+len(ring.Cells)) + pages(StageOff(n), Size(n))
+	if got := rss(t, peer); got != want {
+		t.Errorf("peer's segment: %d bytes mapped in, want %d (header, ring 3, staging area)", got, want)
+	}
+	ring.Head.Store(7) // and it is writable there
+}
+
+// rss is how much of mapping b this process's page tables hold, from
+// /proc/self/smaps.
+func rss(t *testing.T, b []byte) int {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strconv.FormatUint(uint64(uintptr(unsafe.Pointer(&b[0]))), 16)
+	in := false
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			in = strings.HasPrefix(f[0], start+"-")
+			continue
+		}
+		if v, ok := strings.CutPrefix(l, "Rss:"); in && ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no mapping at %s in /proc/self/smaps", start)
+	return 0
 }
 
 // TestSweep removes a segment whose creator is dead and keeps one whose
