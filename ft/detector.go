@@ -29,9 +29,10 @@ type Options struct {
 	// and a loaded machine wakes it late.
 	Timeout time.Duration
 	// Tick is how often the observer looks (default a quarter period:
-	// a conviction comes at most a tick after the timeout, and the last
-	// beat is seen at most a tick after it; over verbs the count a tick
-	// sees was read at the tick before).
+	// the last beat is seen at most a tick after it — over verbs the
+	// count a tick sees was read at the tick before — and the conviction
+	// comes when the silence since then reaches Timeout, between ticks
+	// if need be).
 	Tick time.Duration
 	// Grace is how long Start waits for the first heartbeat of the
 	// process it observes (default DefaultGrace; over verbs the first
@@ -157,26 +158,28 @@ func (d *Detector) setObserving(w int) {
 
 func (d *Detector) run(obs int) {
 	defer close(d.done)
-	ep, o := d.ep, d.o
+	ep := d.ep
 	me := ep.World().Rank()
-	t := time.NewTicker(o.Tick)
+	t := time.NewTicker(d.o.Tick)
 	defer t.Stop()
+	// deadline fires when the silence reaches Timeout between two ticks.
+	deadline := time.NewTimer(time.Hour)
+	deadline.Stop()
+	defer deadline.Stop()
 	now := time.Now()
 	d.setObserving(obs)
-	// The heartbeat of obs last moved at moved; count is what it showed
-	// then, once known.
-	moved, prev := now, now
-	var count uint64
-	known := false
+	s := silence{o: d.o}
+	s.restart(now)
 	for {
 		select {
 		case <-d.stop:
 			return
 		case now = <-t.C:
+		case now = <-deadline.C:
 		}
-		late := now.Sub(prev) > 2*o.Tick
-		prev = now
+		deadline.Stop()
 		if obs < 0 {
+			s.prev = now
 			continue
 		}
 		c, seen, err := ep.Heartbeat(obs)
@@ -190,32 +193,82 @@ func (d *Detector) run(obs int) {
 			ep.SetStalled(obs, false)
 			obs = d.next(obs)
 			d.setObserving(obs)
-			moved, known = now, false
+			s.restart(now)
 			continue
 		}
-		switch {
-		case seen && (!known || c != count):
-			count, known, moved = c, true, now
+		v, left := s.look(now, c, seen)
+		switch v {
+		case beating:
 			ep.SetStalled(obs, false)
-		case late || !known:
-			// Jitter guard: this process was not looking (descheduled,
-			// or its own goroutines starved the ticker), so the silence
-			// it measured is its own; start measuring afresh. And a
-			// heartbeat never read yet (a new observed process, not yet
-			// connected) convicts nobody: a connection that cannot be
-			// made fails the process by itself.
-			moved = now
-		case now.Sub(moved) >= o.Timeout:
-			// Ticks are Tick apart, so the silence reaches Timeout exactly
-			// (moved is when a tick saw the count change, no earlier than
-			// the beat): at least Timeout has passed without one.
+		case stalled:
+			ep.SetStalled(obs, true)
+		case convicted:
 			ep.MarkFailed(obs, fmt.Errorf("%w: its heartbeat did not move for %v (observed by world rank %d)",
-				ErrSuspected, now.Sub(moved).Round(time.Millisecond), me))
+				ErrSuspected, now.Sub(s.moved).Round(time.Millisecond), me))
 			obs = d.next(obs)
 			d.setObserving(obs)
-			moved, known = now, false
-		case now.Sub(moved) >= o.StalledAfter:
-			ep.SetStalled(obs, true)
+			s.restart(now)
+		}
+		if left > 0 {
+			deadline.Reset(left)
 		}
 	}
+}
+
+// A verdict is what one look at a heartbeat concludes.
+type verdict int
+
+const (
+	quiet     verdict = iota // nothing new
+	beating                  // the count changed
+	stalled                  // silent for StalledAfter
+	convicted                // silent for Timeout
+)
+
+// silence measures how long one observed heartbeat has stood still.
+type silence struct {
+	o     Options
+	moved time.Time // when a look saw the count change, no earlier than the beat
+	prev  time.Time // the last look
+	count uint64    // what the heartbeat showed at moved
+	known bool      // a count has been seen
+}
+
+// restart measures afresh from now, with no count known (a new observed
+// process).
+func (s *silence) restart(now time.Time) {
+	s.moved, s.prev, s.known = now, now, false
+}
+
+// look takes what a look at now found — count c, seen once the
+// heartbeat has been read at all — and returns the verdict and, when the
+// silence will reach Timeout before the next tick, how long until then
+// (0 otherwise): looking again then convicts at the timeout itself, not
+// a tick after it (ticks come microseconds late, so a silence of
+// 199.99 ms at a tick waited a whole tick more, half the time).
+func (s *silence) look(now time.Time, c uint64, seen bool) (v verdict, left time.Duration) {
+	late := now.Sub(s.prev) > 2*s.o.Tick
+	s.prev = now
+	switch {
+	case seen && (!s.known || c != s.count):
+		s.count, s.known, s.moved = c, true, now
+		return beating, 0
+	case late || !s.known:
+		// Jitter guard: this process was not looking (descheduled, or its
+		// own goroutines starved the ticker), so the silence it measured
+		// is its own; start measuring afresh. And a heartbeat never read
+		// yet (a new observed process, not yet connected) convicts nobody:
+		// a connection that cannot be made fails the process by itself.
+		s.moved = now
+		return quiet, 0
+	case now.Sub(s.moved) >= s.o.Timeout:
+		return convicted, 0
+	}
+	if left = s.o.Timeout - now.Sub(s.moved); left >= s.o.Tick {
+		left = 0
+	}
+	if now.Sub(s.moved) >= s.o.StalledAfter {
+		return stalled, left
+	}
+	return quiet, left
 }
