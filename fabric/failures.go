@@ -59,24 +59,37 @@ func (ep *Endpoint) HeartbeatPeriod() time.Duration {
 	return ep.opts.beat
 }
 
-// Heartbeat returns the count of world rank w's heartbeat as this
-// process last saw it, with seen false until it has seen one. On the
-// node it is read as it stands; over verbs each call starts an RDMA read
-// of it (unless one is in flight) and returns the last one's result, so
-// a detector that calls it every tick sees a count at most a tick old.
-// Each call also makes a round of progress, so a detector's ticks keep
-// failure notices moving while the process computes outside the library.
-// It returns w's failure once w is known failed or gone, and an error
-// wrapping ErrNotSupported when w has no heartbeat this process can read.
-func (ep *Endpoint) Heartbeat(w int) (count uint64, seen bool, err error) {
+// A Beat is a reading of a process's heartbeat.
+type Beat struct {
+	// Count is the heartbeat's count: it grows by one each period while
+	// the process lives.
+	Count uint64
+	// At is when the count was read; the heartbeat showed Count at or
+	// before At. It is zero until a read has completed.
+	At time.Time
+}
+
+// Seen reports whether the heartbeat has been read at all.
+func (b Beat) Seen() bool { return !b.At.IsZero() }
+
+// Heartbeat returns world rank w's heartbeat as this process last read
+// it. On the node it is read as it stands; over verbs each call starts an
+// RDMA read of it (unless one is in flight) and returns the last one's
+// result, so a detector that calls it every tick sees a count at most a
+// tick old, and At says how old. Each call also makes a round of
+// progress, so a detector's ticks keep failure notices moving while the
+// process computes outside the library. It returns w's failure once w is
+// known failed or gone, and an error wrapping ErrNotSupported when w has
+// no heartbeat this process can read.
+func (ep *Endpoint) Heartbeat(w int) (Beat, error) {
 	if w < 0 || w >= ep.size {
-		return 0, false, fmt.Errorf("%w: world rank %d of %d", ErrRank, w, ep.size)
+		return Beat{}, fmt.Errorf("%w: world rank %d of %d", ErrRank, w, ep.size)
 	}
 	e := ep.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return 0, false, ErrClosed
+		return Beat{}, ErrClosed
 	}
 	// A round of progress and of the failure sources (pidfds, probes)
 	// first: a detector calls this every tick, which keeps failure
@@ -84,23 +97,23 @@ func (ep *Endpoint) Heartbeat(w int) (count uint64, seen bool, err error) {
 	e.progress()
 	e.scan(nil)
 	if err := e.failed[w]; err != nil {
-		return 0, false, err
+		return Beat{}, err
 	}
 	if p := e.route[w]; p != nil && p.closed(w) {
 		// It closed its endpoint (its heartbeat stopped there): stopped,
 		// not failed, even while its process lives on.
-		return 0, false, fmt.Errorf("%w: world rank %d closed its endpoint", ErrClosed, w)
+		return Beat{}, fmt.Errorf("%w: world rank %d closed its endpoint", ErrClosed, w)
 	}
 	if ep.shm != nil {
 		if word := ep.shm.PeerWord(w, shmseg.WordBeat); word != nil {
-			return atomic.LoadUint64(word), true, nil
+			return Beat{Count: atomic.LoadUint64(word), At: time.Now()}, nil
 		}
 	}
 	if v := ep.verbs; v != nil && e.route[w] == v {
-		count, seen = v.Beat(w)
-		return count, seen, nil
+		count, at := v.Beat(w)
+		return Beat{Count: count, At: at}, nil
 	}
-	return 0, false, fmt.Errorf("fabric: world rank %d has no heartbeat this process reads: %w", w, ErrNotSupported)
+	return Beat{}, fmt.Errorf("fabric: world rank %d has no heartbeat this process reads: %w", w, ErrNotSupported)
 }
 
 // Failure returns what this process knows of world rank w's failure: an

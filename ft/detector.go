@@ -28,11 +28,11 @@ type Options struct {
 	// well above the period: the beat's thread is woken by the kernel,
 	// and a loaded machine wakes it late.
 	Timeout time.Duration
-	// Tick is how often the observer looks (default a quarter period:
-	// the last beat is seen at most a tick after it — over verbs the
-	// count a tick sees was read at the tick before — and the conviction
-	// comes when the silence since then reaches Timeout, between ticks
-	// if need be).
+	// Tick is how often the observer looks (default a quarter period).
+	// The silence is measured from the read that first showed the last
+	// beat — at most a tick after the beat; over verbs, a read started at
+	// the tick before — and the conviction comes when it reaches
+	// Timeout, between ticks if need be.
 	Tick time.Duration
 	// Grace is how long Start waits for the first heartbeat of the
 	// process it observes (default DefaultGrace; over verbs the first
@@ -94,11 +94,11 @@ func Start(ctx context.Context, ep *fabric.Endpoint, o Options) (*Detector, erro
 		ctx, cancel := context.WithTimeout(ctx, o.Grace)
 		defer cancel()
 		for {
-			_, seen, err := ep.Heartbeat(obs)
+			b, err := ep.Heartbeat(obs)
 			if err != nil {
 				return nil, fmt.Errorf("ft: reading world rank %d's heartbeat: %w", obs, err)
 			}
-			if seen {
+			if b.Seen() {
 				break
 			}
 			select {
@@ -182,7 +182,7 @@ func (d *Detector) run(obs int) {
 			s.prev = now
 			continue
 		}
-		c, seen, err := ep.Heartbeat(obs)
+		b, err := ep.Heartbeat(obs)
 		if errors.Is(err, fabric.ErrClosed) && ep.State(obs) != fabric.Stopped {
 			return // this process's own endpoint closed
 		}
@@ -196,7 +196,7 @@ func (d *Detector) run(obs int) {
 			s.restart(now)
 			continue
 		}
-		v, left := s.look(now, c, seen)
+		v, left := s.look(now, b)
 		switch v {
 		case beating:
 			ep.SetStalled(obs, false)
@@ -228,7 +228,7 @@ const (
 // silence measures how long one observed heartbeat has stood still.
 type silence struct {
 	o     Options
-	moved time.Time // when a look saw the count change, no earlier than the beat
+	moved time.Time // no earlier than the last beat seen
 	prev  time.Time // the last look
 	count uint64    // what the heartbeat showed at moved
 	known bool      // a count has been seen
@@ -240,18 +240,24 @@ func (s *silence) restart(now time.Time) {
 	s.moved, s.prev, s.known = now, now, false
 }
 
-// look takes what a look at now found — count c, seen once the
-// heartbeat has been read at all — and returns the verdict and, when the
-// silence will reach Timeout before the next tick, how long until then
-// (0 otherwise): looking again then convicts at the timeout itself, not
-// a tick after it (ticks come microseconds late, so a silence of
-// 199.99 ms at a tick waited a whole tick more, half the time).
-func (s *silence) look(now time.Time, c uint64, seen bool) (v verdict, left time.Duration) {
-	late := now.Sub(s.prev) > 2*s.o.Tick
+// look takes the reading b that a look at now found, and returns the
+// verdict and, when the silence will reach Timeout before the next tick,
+// how long until then (0 otherwise): looking again then convicts at the
+// timeout itself, not a tick after it (ticks come microseconds late, so
+// a silence of 199.99 ms at a tick waited a whole tick more, half the
+// time).
+func (s *silence) look(now time.Time, b fabric.Beat) (v verdict, left time.Duration) {
+	late, prev := now.Sub(s.prev) > 2*s.o.Tick, s.prev
 	s.prev = now
 	switch {
-	case seen && (!s.known || c != s.count):
-		s.count, s.known, s.moved = c, true, now
+	case b.Seen() && (!s.known || b.Count != s.count):
+		// The beat came before the read that showed it — over verbs a
+		// tick before this look, if the process was polling — and after
+		// the last look, which had not seen it.
+		s.count, s.known, s.moved = b.Count, true, b.At
+		if b.At.Before(prev) || b.At.After(now) {
+			s.moved = now
+		}
 		return beating, 0
 	case late || !s.known:
 		// Jitter guard: this process was not looking (descheduled, or its

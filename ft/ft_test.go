@@ -111,7 +111,7 @@ func progStop(ctx context.Context, ep *fabric.Endpoint) error {
 	if got := ep.Failed(); len(got) != 1 || got[0] != v {
 		var why []string // what made each known failed, for the log
 		for _, r := range got {
-			_, _, err := ep.Heartbeat(r)
+			_, err := ep.Heartbeat(r)
 			why = append(why, fmt.Sprintf("%d: %v", r, err))
 		}
 		failf("known failed %v, want [%d]; causes %q", got, v, why)

@@ -111,10 +111,11 @@ type link struct {
 	sent, acked               uint32
 	taken, consumed, reported uint32
 	oneSided                  Counts
-	probing                   bool   // a probe is in flight
-	beat                      uint64 // the peer's heartbeat count, as last read
-	beatSeen, beatBusy        bool   // a read completed; one is in flight
-	dead                      bool   // its queue pair failed
+	probing                   bool      // a probe is in flight
+	beat                      uint64    // the peer's heartbeat count, as last read
+	beatAt                    time.Time // when that read's completion was taken; zero before
+	beatBusy                  bool      // a read is in flight
+	dead                      bool      // its queue pair failed
 }
 
 type vRead struct {
@@ -446,18 +447,19 @@ func (v *Provider) FenceWord() *uint64 {
 	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[ctlOff(len(v.peers), ctlFence)]))
 }
 
-// Beat returns world rank w's heartbeat count as last read, with seen
-// once a read has completed, and starts the next read unless one is in
-// flight — the peer's kernel answers it, whatever its process is doing.
-// A read that fails fails the peer, as any completion does.
-func (v *Provider) Beat(w int) (count uint64, seen bool) {
+// Beat returns world rank w's heartbeat count as last read, with the
+// time that read's completion was taken (zero before one completed: the
+// count stood there at or before it), and starts the next read unless
+// one is in flight — the peer's kernel answers it, whatever its process
+// is doing. A read that fails fails the peer, as any completion does.
+func (v *Provider) Beat(w int) (count uint64, at time.Time) {
 	if !v.isPeer[w] {
-		return 0, false
+		return 0, time.Time{}
 	}
 	p := v.peers[w]
 	if p == nil || !p.ready {
 		v.Connect(w)
-		return 0, false
+		return 0, time.Time{}
 	}
 	if !p.beatBusy && !p.dead {
 		v.sge[0] = verbs.SGE{MR: v.beats, Offset: uint64(w * 8), Length: 8}
@@ -467,7 +469,7 @@ func (v *Provider) Beat(w int) (count uint64, seen bool) {
 			p.beatBusy = true
 		}
 	}
-	return p.beat, p.beatSeen
+	return p.beat, p.beatAt
 }
 
 // Fence carries out a verdict on world rank w: it sets w's fence word
@@ -799,7 +801,7 @@ func (v *Provider) complete(wc *verbs.WorkCompletion) {
 		v.peers[i].probing = false
 	case wrBeat:
 		p := v.peers[i]
-		p.beat, p.beatSeen, p.beatBusy = binary.NativeEndian.Uint64(v.beats.Bytes()[i*8:]), true, false
+		p.beat, p.beatAt, p.beatBusy = binary.NativeEndian.Uint64(v.beats.Bytes()[i*8:]), time.Now(), false
 	case wrFence:
 		v.peers[i].qp.SetError()
 	}
