@@ -154,14 +154,14 @@ func Open(path string, nlocal, ix int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
 	}
-	if atomic.LoadUint64(Word(seg, WordMagic)) != Magic || binary.LittleEndian.Uint64(seg[WordLocal:]) != uint64(nlocal) {
-		unix.Munmap(seg)
-		return nil, fmt.Errorf("not a segment for %d processes", nlocal)
-	}
 	ring := HeaderSize + ix*(RingHeader+Cells(nlocal)*CellSize)
 	populate(seg, 0, HeaderSize)
 	populate(seg, ring, ring+RingHeader+Cells(nlocal)*CellSize)
 	populate(seg, StageOff(nlocal), len(seg))
+	if atomic.LoadUint64(Word(seg, WordMagic)) != Magic || binary.LittleEndian.Uint64(seg[WordLocal:]) != uint64(nlocal) {
+		unix.Munmap(seg)
+		return nil, fmt.Errorf("not a segment for %d processes", nlocal)
+	}
 	return seg, nil
 }
 
