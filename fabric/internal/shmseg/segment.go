@@ -94,9 +94,13 @@ func (r *Ring) Cell(i uint64, n int) []byte {
 	return r.Cells[off : off+CellSize : off+CellSize]
 }
 
+// ringOff is where ring ix starts, for rings of cells cells; it ends
+// RingHeader+cells*CellSize bytes later.
+func ringOff(ix, cells int) int { return HeaderSize + ix*(RingHeader+cells*CellSize) }
+
 // RingAt is ring ix of seg, whose rings have cells cells.
 func RingAt(seg []byte, ix, cells int) Ring {
-	off := HeaderSize + ix*(RingHeader+cells*CellSize)
+	off := ringOff(ix, cells)
 	return Ring{
 		Head:  (*atomic.Uint64)(unsafe.Pointer(&seg[off])),
 		Cells: seg[off+RingHeader : off+RingHeader+cells*CellSize],
@@ -154,7 +158,7 @@ func Open(path string, nlocal, ix int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
 	}
-	ring := HeaderSize + ix*(RingHeader+Cells(nlocal)*CellSize)
+	ring := ringOff(ix, Cells(nlocal))
 	populate(seg, 0, HeaderSize)
 	populate(seg, ring, ring+RingHeader+Cells(nlocal)*CellSize)
 	populate(seg, StageOff(nlocal), len(seg))

@@ -73,7 +73,13 @@ func TestOpenMapsWhatItUses(t *testing.T) {
 	if got := rss(t, peer); got != want {
 		t.Errorf("peer's segment: %d bytes mapped in, want %d (header, ring 3, staging area)", got, want)
 	}
-	ring.Head.Store(7) // and it is writable there
+	// The pages mapped in are ring 3's: writing its first and last bytes
+	// maps in nothing more.
+	ring.Head.Store(7)
+	ring.Cells[len(ring.Cells)-1] = 1
+	if got := rss(t, peer); got != want {
+		t.Errorf("after writing ring 3: %d bytes mapped in, want still %d", got, want)
+	}
 }
 
 // rss is how much of mapping b this process's page tables hold, from
