@@ -55,6 +55,7 @@ type Endpoint struct {
 	beat       *heartbeat.Beat // this process's heartbeat, nil if none
 	stalled    []bool          // by world rank: a detector sees its heartbeat late (SetStalled)
 	byePids    []int           // the pids Close says goodbye to (see goodbyes)
+	beatIDs    map[int]beatID  // by world rank on this node: where its heartbeat thread is in /proc
 }
 
 // Init joins the job this process was started in (see bootstrap.Detect)
@@ -219,7 +220,15 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if err := ep.startHeartbeat(); err != nil {
 		return err
 	}
+	if len(ep.node) > 1 {
+		if err := b.Put(ctx, "beat", ep.beatID()); err != nil {
+			return err
+		}
+	}
 	if err := b.Fence(ctx); err != nil {
+		return err
+	}
+	if err := ep.learnBeatIDs(ctx, pids); err != nil {
 		return err
 	}
 	if ep.shm != nil {

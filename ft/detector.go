@@ -13,12 +13,14 @@ import (
 	"github.com/rivet-hpc/rivet/fabric"
 )
 
-// Detector defaults, for fabric.DefaultHeartbeat's period: a stalled
-// process is convicted 10 periods after its heartbeat last moved (the
-// issue's budget for a SIGSTOPped process is 300 ms).
+// Detector defaults, for fabric.DefaultHeartbeat's period: a stopped
+// process is convicted 10 periods after its heartbeat last moved, and one
+// whose state this node cannot see (on another node) whose memory still
+// answers, 10 timeouts after.
 const (
-	DefaultTimeout = 10 * fabric.DefaultHeartbeat
-	DefaultGrace   = 30 * time.Second
+	DefaultTimeout     = 10 * fabric.DefaultHeartbeat
+	DefaultUnconfirmed = 10 * DefaultTimeout
+	DefaultGrace       = 30 * time.Second
 )
 
 // Options tune a Detector. Zero values take the defaults.
@@ -42,6 +44,16 @@ type Options struct {
 	// process is reported stalled (fabric.Stalled; default a quarter of
 	// Timeout).
 	StalledAfter time.Duration
+	// Unconfirmed is how long the heartbeat of a process whose state
+	// this node's kernel cannot tell (one on another node) may stand
+	// still while reads of it are still answered before it is convicted
+	// (default 10 × Timeout). A heartbeat that stood still for Timeout
+	// convicts only on evidence that the process cannot run: on its node
+	// the kernel says it is stopped, frozen or gone; across nodes, its
+	// memory no longer answers. A process on another node that answers
+	// but does not beat is stopped or starved, which no observer there
+	// can tell apart: it is convicted after Unconfirmed.
+	Unconfirmed time.Duration
 }
 
 // Detector is this process's part of the job's failure detector: it
@@ -84,9 +96,13 @@ func Start(ctx context.Context, ep *fabric.Endpoint, o Options) (*Detector, erro
 	if o.StalledAfter == 0 {
 		o.StalledAfter = o.Timeout / 4
 	}
-	if o.Timeout < 2*period || o.Tick <= 0 || o.Tick > o.Timeout/2 || o.Grace < 0 || o.StalledAfter > o.Timeout {
-		return nil, fmt.Errorf("ft: detector timeout %v, tick %v, grace %v, stalled after %v with a %v heartbeat: %w",
-			o.Timeout, o.Tick, o.Grace, o.StalledAfter, period, fabric.ErrInvalid)
+	if o.Unconfirmed == 0 {
+		o.Unconfirmed = 10 * o.Timeout
+	}
+	if o.Timeout < 2*period || o.Tick <= 0 || o.Tick > o.Timeout/2 || o.Grace < 0 || o.StalledAfter > o.Timeout ||
+		o.Unconfirmed < o.Timeout {
+		return nil, fmt.Errorf("ft: detector timeout %v, tick %v, grace %v, stalled after %v, unconfirmed %v with a %v heartbeat: %w",
+			o.Timeout, o.Tick, o.Grace, o.StalledAfter, o.Unconfirmed, period, fabric.ErrInvalid)
 	}
 	d := &Detector{ep: ep, o: o, stop: make(chan struct{}), done: make(chan struct{}), observing: -1}
 	obs := d.next(ep.World().Rank())
@@ -170,6 +186,9 @@ func (d *Detector) run(obs int) {
 	d.setObserving(obs)
 	s := silence{o: d.o}
 	s.restart(now)
+	// probe asks this node's kernel about the observed process's
+	// heartbeat thread, only once its heartbeat stood still for Timeout.
+	probe := func() (fabric.Runstate, time.Time) { return ep.HeartbeatRunstate(obs) }
 	for {
 		select {
 		case <-d.stop:
@@ -196,15 +215,15 @@ func (d *Detector) run(obs int) {
 			s.restart(now)
 			continue
 		}
-		v, left := s.look(now, b)
+		v, left := s.look(now, b, probe)
 		switch v {
 		case beating:
 			ep.SetStalled(obs, false)
 		case stalled:
 			ep.SetStalled(obs, true)
 		case convicted:
-			ep.MarkFailed(obs, fmt.Errorf("%w: its heartbeat did not move for %v (observed by world rank %d)",
-				ErrSuspected, now.Sub(s.moved).Round(time.Millisecond), me))
+			ep.MarkFailed(obs, fmt.Errorf("%w: its heartbeat did not move for %v, and %s (observed by world rank %d)",
+				ErrSuspected, now.Sub(s.moved).Round(time.Millisecond), s.why, me))
 			obs = d.next(obs)
 			d.setObserving(obs)
 			s.restart(now)
@@ -225,19 +244,27 @@ const (
 	convicted                // silent for Timeout
 )
 
-// silence measures how long one observed heartbeat has stood still.
+// silence measures how long one observed heartbeat has stood still, and
+// weighs the evidence before a verdict.
 type silence struct {
 	o     Options
 	moved time.Time // no earlier than the last beat seen
 	prev  time.Time // the last look
 	count uint64    // what the heartbeat showed at moved
 	known bool      // a count has been seen
+	// asleep is when the kernel last said, after the silence reached
+	// Timeout, that the heartbeat thread sleeps (zero if it has not): a
+	// read started after it that still shows count proves it slept
+	// through the whole silence — frozen.
+	asleep time.Time
+	stall  time.Time // the last look that came late: the observer's own silence
+	why    string    // the evidence of a conviction
 }
 
 // restart measures afresh from now, with no count known (a new observed
 // process).
 func (s *silence) restart(now time.Time) {
-	s.moved, s.prev, s.known = now, now, false
+	s.moved, s.prev, s.known, s.asleep, s.stall = now, now, false, time.Time{}, time.Time{}
 }
 
 // look takes the reading b that a look at now found, and returns the
@@ -246,29 +273,40 @@ func (s *silence) restart(now time.Time) {
 // timeout itself, not a tick after it (ticks come microseconds late, so
 // a silence of 199.99 ms at a tick waited a whole tick more, half the
 // time).
-func (s *silence) look(now time.Time, b fabric.Beat) (v verdict, left time.Duration) {
-	late, prev := now.Sub(s.prev) > 2*s.o.Tick, s.prev
+//
+// Once the silence reaches Timeout, look asks probe what the observed
+// process's node says of its heartbeat thread (and when it said so), and
+// convicts only on evidence (see judge).
+func (s *silence) look(now time.Time, b fabric.Beat, probe func() (fabric.Runstate, time.Time)) (v verdict, left time.Duration) {
+	prev := s.prev
+	if now.Sub(prev) > 2*s.o.Tick {
+		// This process was not looking (descheduled, or its own
+		// goroutines starved the ticker): a silence measured across that
+		// may be its own, and only the kernel's word can convict
+		// across it (see judge).
+		s.stall = now
+	}
 	s.prev = now
 	switch {
 	case b.Seen() && (!s.known || b.Count != s.count):
-		// The beat came before the read that showed it — over verbs a
-		// tick before this look, if the process was polling — and after
-		// the last look, which had not seen it.
-		s.count, s.known, s.moved = b.Count, true, b.At
-		if b.At.Before(prev) || b.At.After(now) {
+		// The beat came before the read that showed it, and after the
+		// last look, which had not seen it. The measure starts at the
+		// read — never earlier, or a read that was itself late (its
+		// goroutine descheduled after the tick) would make a silence
+		// out of the delay — unless the read is older than the last look.
+		s.count, s.known, s.moved, s.asleep = b.Count, true, b.At, time.Time{}
+		if b.At.Before(prev) {
 			s.moved = now
 		}
 		return beating, 0
-	case late || !s.known:
-		// Jitter guard: this process was not looking (descheduled, or its
-		// own goroutines starved the ticker), so the silence it measured
-		// is its own; start measuring afresh. And a heartbeat never read
-		// yet (a new observed process, not yet connected) convicts nobody:
-		// a connection that cannot be made fails the process by itself.
+	case !s.known:
+		// A heartbeat never read yet (a new observed process, not yet
+		// connected) convicts nobody: a connection that cannot be made
+		// fails the process by itself.
 		s.moved = now
 		return quiet, 0
 	case now.Sub(s.moved) >= s.o.Timeout:
-		return convicted, 0
+		return s.judge(now, b, probe), 0
 	}
 	if left = s.o.Timeout - now.Sub(s.moved); left >= s.o.Tick {
 		left = 0
@@ -277,4 +315,51 @@ func (s *silence) look(now time.Time, b fabric.Beat) (v verdict, left time.Durat
 		return stalled, left
 	}
 	return quiet, left
+}
+
+// judge weighs a silence of at least Timeout: it convicts a process its
+// node's kernel says is stopped, frozen or gone; never one that waits to
+// run — a busy machine or a throttled cgroup starves a live heartbeat
+// for as long as it likes, and that is slowness, not failure. A thread
+// the kernel says sleeps is convicted once a read started after that
+// still shows the same count: it slept through the silence, beats due
+// every period and all — its cgroup is frozen. Where the kernel cannot
+// be asked (another node), a process convicts when its memory no longer
+// answers reads, or when it answers but does not beat for Unconfirmed.
+func (s *silence) judge(now time.Time, b fabric.Beat, probe func() (fabric.Runstate, time.Time)) verdict {
+	if !s.asleep.IsZero() && b.Sent.After(s.asleep) {
+		s.why = "its thread slept through it (frozen)"
+		return convicted
+	}
+	rs, at := probe()
+	switch rs {
+	case fabric.RunStopped, fabric.RunFrozen, fabric.RunGone:
+		s.why = "its node's kernel says it is " + rs.String()
+		return convicted
+	case fabric.RunAsleep:
+		if s.asleep.IsZero() {
+			s.asleep = at
+		}
+		return stalled
+	case fabric.RunWaiting:
+		s.asleep = time.Time{}
+		return stalled
+	}
+	// Jitter guard: without the kernel's word, a silence counts only
+	// from this process's own last stall.
+	since := s.moved
+	if s.stall.After(since) {
+		since = s.stall
+	}
+	switch {
+	case now.Sub(since) < s.o.Timeout:
+		return stalled
+	case now.Sub(b.At) >= s.o.Timeout/2:
+		s.why = fmt.Sprintf("no read of it was answered for %v", now.Sub(b.At).Round(time.Millisecond))
+		return convicted
+	case now.Sub(since) >= s.o.Unconfirmed:
+		s.why = "its node cannot say why"
+		return convicted
+	}
+	return stalled
 }

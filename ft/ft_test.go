@@ -72,6 +72,7 @@ func progStop(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
 	me, n, v := w.Rank(), w.Size(), victim(w.Size())
 	cont := os.Getenv("FT_TEST_CONT") != "0"
+	throttleOdd(ep)
 	d, err := Start(ctx, ep, matrixOptions())
 	must(err, "start")
 	defer d.Stop()

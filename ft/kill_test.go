@@ -96,6 +96,7 @@ func survivorsTalk(ctx context.Context, ep *fabric.Endpoint, failed map[int]bool
 func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
 	v := victim(w.Size())
+	throttleOdd(ep)
 	defer startDetector(ctx, ep)()
 	must(collectives.Barrier(ctx, w), "barrier")
 	all := make([]int, w.Size())

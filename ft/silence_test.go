@@ -9,13 +9,18 @@ import (
 	"github.com/rivet-hpc/rivet/fabric"
 )
 
-// TestSilence: the detector's measure of a heartbeat convicts when the
-// silence since the look that saw it move reaches Timeout — at that
-// moment, between ticks if need be, never before — and not after a look
-// that came late (the observer's own silence) or before any count was
-// read.
+// TestSilence: the detector's measure of a heartbeat convicts a process
+// its node's kernel says is stopped when the silence since the look that
+// saw it move reaches Timeout — at that moment, between ticks if need
+// be, never before — and not after a look that came late (the
+// observer's own silence) or before any count was read. And it convicts
+// only on evidence: never a process that waits to run, however long; a
+// sleeping one once a read started after the kernel said so shows no
+// beat; one on another node when reads go unanswered, or after
+// Unconfirmed.
 func TestSilence(t *testing.T) {
-	o := Options{Timeout: 250 * time.Millisecond, Tick: 100 * time.Millisecond, StalledAfter: 60 * time.Millisecond}
+	o := Options{Timeout: 250 * time.Millisecond, Tick: 100 * time.Millisecond, StalledAfter: 60 * time.Millisecond,
+		Unconfirmed: 1000 * time.Millisecond}
 	t0 := time.Unix(1000, 0)
 	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 	type look struct {
@@ -26,9 +31,12 @@ func TestSilence(t *testing.T) {
 		left  time.Duration
 		read  float64 // when the count was read, if not at the look
 	}
+	stopped := []fabric.Runstate{fabric.RunStopped}
 	for _, tc := range []struct {
 		name  string
 		looks []look
+		// what the kernel says at each probe (the last one from then on)
+		kernel []fabric.Runstate
 	}{
 		{"convicted at the timeout, between ticks", []look{
 			{0, 1, true, beating, 0, 0},
@@ -36,7 +44,7 @@ func TestSilence(t *testing.T) {
 			{200.001, 1, true, stalled, 49999 * time.Microsecond, 0},
 			{249.999, 1, true, stalled, time.Microsecond, 0},
 			{250, 1, true, convicted, 0, 0},
-		}},
+		}, stopped},
 		{"a beat starts the measure again", []look{
 			{0, 1, true, beating, 0, 0},
 			{100, 1, true, stalled, 0, 0},
@@ -44,34 +52,97 @@ func TestSilence(t *testing.T) {
 			{300, 2, true, stalled, 0, 0},
 			{400, 2, true, stalled, 50 * time.Millisecond, 0},
 			{450, 2, true, convicted, 0, 0},
-		}},
-		{"a late look is the observer's own silence", []look{
+		}, stopped},
+		{"a late look is the observer's own silence, on another node", []look{
 			{0, 1, true, beating, 0, 0},
 			{100, 1, true, stalled, 0, 0},
-			{400, 1, true, quiet, 0, 0}, // 300 ms since the last look
-			{500, 1, true, stalled, 0, 0},
-			{600, 1, true, stalled, 50 * time.Millisecond, 0},
-			{650, 1, true, convicted, 0, 0},
-		}},
+			{400, 1, true, stalled, 0, 0}, // 300 ms since the last look
+			{500, 1, true, stalled, 0, 500},
+			{600, 1, true, stalled, 0, 500}, // unanswered, but only 200 ms since the stall
+			{650, 1, true, convicted, 0, 500},
+		}, []fabric.Runstate{fabric.RunUnknown}},
+		{"a late look convicts on the kernel's word", []look{
+			{0, 1, true, beating, 0, 0},
+			{100, 1, true, stalled, 0, 0},
+			{400, 1, true, convicted, 0, 0},
+		}, stopped},
 		{"the measure starts at the read that saw the beat", []look{
 			{0, 1, true, beating, 0, 0},
 			{100, 2, true, beating, 0, 96}, // read at 96 ms (over verbs, the tick before)
 			{300, 2, true, stalled, 46 * time.Millisecond, 296},
 			{346, 2, true, convicted, 0, 342},
-		}},
+		}, stopped},
 		{"a read older than the last look starts nothing early", []look{
 			{0, 1, true, beating, 0, 0},
 			{100, 2, true, beating, 0, -50},
 			{300, 2, true, stalled, 50 * time.Millisecond, 0},
 			{350, 2, true, convicted, 0, 0},
-		}},
+		}, stopped},
 		{"nothing read convicts nobody", []look{
 			{0, 0, false, quiet, 0, 0},
 			{100, 0, false, quiet, 0, 0},
 			{200, 0, false, quiet, 0, 0},
 			{300, 0, false, quiet, 0, 0},
 			{400, 7, true, beating, 0, 0},
-		}},
+		}, stopped},
+		{"gone and frozen convict like stopped", []look{
+			{0, 1, true, beating, 0, 0},
+			{100, 1, true, stalled, 0, 0},
+			{200, 1, true, stalled, 50 * time.Millisecond, 0},
+			{250, 1, true, convicted, 0, 0},
+		}, []fabric.Runstate{fabric.RunGone}},
+		{"waiting to run never convicts", []look{
+			{0, 1, true, beating, 0, 0},
+			{200, 1, true, stalled, 50 * time.Millisecond, 0},
+			{250, 1, true, stalled, 0, 0},
+			{350, 1, true, stalled, 0, 0},
+			{450, 1, true, stalled, 0, 0},
+			{550, 1, true, stalled, 0, 0},
+			{650, 1, true, stalled, 0, 0},
+			{750, 1, true, stalled, 0, 0},
+			{850, 1, true, stalled, 0, 0},
+			{950, 1, true, stalled, 0, 0},
+			{1050, 1, true, stalled, 0, 0},
+			{1150, 2, true, beating, 0, 0}, // it ran at last
+		}, []fabric.Runstate{fabric.RunWaiting}},
+		{"asleep convicts once a later read shows no beat", []look{
+			{0, 1, true, beating, 0, 0},
+			{200, 1, true, stalled, 50 * time.Millisecond, 0},
+			{250, 1, true, stalled, 0, 250}, // asleep, says the kernel at 250
+			{300, 1, true, stalled, 0, 249}, // a read from before: proves nothing
+			{400, 1, true, convicted, 0, 0}, // read at 400: slept through it
+		}, []fabric.Runstate{fabric.RunAsleep}},
+		{"asleep then a beat: it was waiting, not frozen", []look{
+			{0, 1, true, beating, 0, 0},
+			{100, 1, true, stalled, 0, 0},
+			{200, 1, true, stalled, 50 * time.Millisecond, 0},
+			{250, 1, true, stalled, 0, 0}, // asleep at 250
+			{300, 2, true, beating, 0, 0}, // it had run and beat before the kernel looked
+			{400, 2, true, stalled, 0, 0},
+			{500, 2, true, stalled, 50 * time.Millisecond, 0},
+			{550, 2, true, stalled, 0, 0}, // waiting now
+			{650, 2, true, stalled, 0, 0},
+		}, []fabric.Runstate{fabric.RunAsleep, fabric.RunWaiting}},
+		{"another node: answered reads wait for Unconfirmed", []look{
+			{0, 1, true, beating, 0, 0},
+			{100, 1, true, stalled, 0, 0},
+			{200, 1, true, stalled, 50 * time.Millisecond, 0},
+			{250, 1, true, stalled, 0, 0},
+			{350, 1, true, stalled, 0, 0},
+			{450, 1, true, stalled, 0, 0},
+			{550, 1, true, stalled, 0, 0},
+			{650, 1, true, stalled, 0, 0},
+			{750, 1, true, stalled, 0, 0},
+			{850, 1, true, stalled, 0, 0},
+			{950, 1, true, stalled, 0, 0},
+			{1000, 1, true, convicted, 0, 0},
+		}, []fabric.Runstate{fabric.RunUnknown}},
+		{"another node: unanswered reads convict at Timeout", []look{
+			{0, 1, true, beating, 0, 0},
+			{100, 1, true, stalled, 0, 100},
+			{200, 1, true, stalled, 50 * time.Millisecond, 100},
+			{250, 1, true, convicted, 0, 100}, // the last answer came 150 ms ago
+		}, []fabric.Runstate{fabric.RunUnknown}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := silence{o: o}
@@ -83,8 +154,16 @@ func TestSilence(t *testing.T) {
 					if l.read != 0 {
 						b.At = at(l.read)
 					}
+					b.Sent = b.At.Add(-time.Microsecond)
 				}
-				v, left := s.look(at(l.ms), b)
+				probe := func() (fabric.Runstate, time.Time) {
+					rs := tc.kernel[0]
+					if len(tc.kernel) > 1 {
+						tc.kernel = tc.kernel[1:]
+					}
+					return rs, at(l.ms)
+				}
+				v, left := s.look(at(l.ms), b, probe)
 				if v != l.want || left != l.left {
 					t.Fatalf("look at %v ms (count %d, seen %v): verdict %d, recheck in %v; want %d, %v",
 						l.ms, l.count, l.seen, v, left, l.want, l.left)

@@ -53,8 +53,14 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Usage = func() { fmt.Fprintf(stderr, benchUsage, osu.Names()); fs.PrintDefaults() }
 	np := fs.Int("np", 2, "ranks to launch when not started by a launcher")
 	detector := fs.Bool("detector", false, "run ft's failure detector in every rank throughout (to measure its cost)")
+	bindTo := fs.String("bind-to", "auto", "with -np, pin rank r to CPU r mod NumCPU: `core`, none, or auto (core when N ≤ CPUs), as rivetrun")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	bind, err := launch.ParseBinding(*bindTo)
+	if err != nil {
+		fmt.Fprintln(stderr, "rivet bench:", err)
+		return errUsage
 	}
 	rest := fs.Args()
 	var runs []func(ctx context.Context, w *fabric.Comm) error
@@ -64,7 +70,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		name, rest = rest[0], rest[1:]
 	}
 	if name == "ft_detect" {
-		return ftDetectCmd(ctx, *np, rest, stdout, stderr)
+		return ftDetectCmd(ctx, *np, bind, rest, stdout, stderr)
 	}
 	if name == "ft_recover" {
 		rs := flag.NewFlagSet("rivet bench ft_recover", flag.ContinueOnError)
@@ -131,7 +137,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		st := launch.Run(ctx, launch.Options{N: *np, FT: failure, Env: []string{benchChildEnv + "=1"}, Stdout: stdout, Stderr: stderr},
+		st := launch.Run(ctx, launch.Options{N: *np, FT: failure, Bind: bind, Env: []string{benchChildEnv + "=1"}, Stdout: stdout, Stderr: stderr},
 			append([]string{self, "bench"}, args...))
 		if failure && st == 128+int(syscall.SIGKILL) {
 			st = 0 // the rank that died on purpose
@@ -207,7 +213,7 @@ func ignoreVersion(err error) error {
 // ftDetectCmd is rivet bench ft_detect: rounds of a job of np ranks in
 // which one rank fails, each timed from the fault to the last survivor
 // knowing (bench/ftbench).
-func ftDetectCmd(ctx context.Context, np int, args []string, stdout, stderr io.Writer) error {
+func ftDetectCmd(ctx context.Context, np int, bind launch.Binding, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rivet bench ft_detect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	rounds := fs.Int("rounds", 20, "jobs to time")
@@ -248,7 +254,7 @@ func ftDetectCmd(ctx context.Context, np int, args []string, stdout, stderr io.W
 	var times []time.Duration
 	for r := 0; r < *rounds; r++ {
 		var out bytes.Buffer
-		st := launch.Run(ctx, launch.Options{N: np, FT: true, Stdout: &out, Stderr: stderr,
+		st := launch.Run(ctx, launch.Options{N: np, FT: true, Bind: bind, Stdout: &out, Stderr: stderr,
 			Env: []string{benchChildEnv + "=1", "RIVET_FT_SOURCES=" + *sources}},
 			append([]string{self, "bench", "ft_detect"}, args...))
 		var ns int64

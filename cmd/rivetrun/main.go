@@ -34,7 +34,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"time"
 
 	"github.com/rivet-hpc/rivet/internal/launch"
@@ -69,17 +68,11 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rivetrun: need -n N (N ≥ 1) and a program (see -h)")
 		return 2
 	}
-	bindOn := false
-	switch *bind {
-	case "core":
-		bindOn = true
-	case "auto":
-		bindOn = *n <= runtime.NumCPU()
-	case "none":
-	default:
-		fmt.Fprintf(stderr, "rivetrun: -bind-to %q: want core, none or auto\n", *bind)
+	binding, err := launch.ParseBinding(*bind)
+	if err != nil {
+		fmt.Fprintf(stderr, "rivetrun: %v\n", err)
 		return 2
 	}
-	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft, FenceGrace: *fenceGrace, Bind: bindOn,
+	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft, FenceGrace: *fenceGrace, Bind: binding,
 		Stdout: stdout, Stderr: stderr}, fs.Args())
 }

@@ -111,6 +111,16 @@ func Start(c Config) (*Beat, error) {
 	return b, nil
 }
 
+// Thread is the heartbeat thread's id (its TID), 0 once it has exited:
+// a peer on the node reads its scheduling state in /proc to tell a
+// process that is stopped from one that waits for a CPU.
+func (b *Beat) Thread() int {
+	if b.a == nil {
+		return 0
+	}
+	return int(atomic.LoadUint32(&b.a.tid))
+}
+
 // Stop ends the heartbeat and waits until its thread has exited.
 func (b *Beat) Stop() error {
 	if b.mem == nil {

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Independent reports whether the heartbeat runs outside the Go
@@ -19,7 +21,9 @@ func (b *Beat) start() error {
 	a := b.a
 	go func() {
 		runtime.LockOSThread()
+		atomic.StoreUint32(&a.tid, uint32(unix.Gettid()))
 		defer close(done)
+		defer atomic.StoreUint32(&a.tid, 0)
 		t := time.NewTicker(time.Duration(a.period.Nano()))
 		defer t.Stop()
 		for atomic.LoadUint32(&a.stop) == 0 {

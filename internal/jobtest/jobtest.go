@@ -22,7 +22,7 @@ import (
 // tagged "[rank] ", and returns stdout, stderr and the job's status.
 func Job(t testing.TB, n int, ft bool, env ...string) (string, string, int) {
 	t.Helper()
-	return job(launch.Options{N: n, FT: ft, Env: env})
+	return job(launch.Options{N: n, FT: ft, Bind: launch.BindNone, Env: env})
 }
 
 // JobWith is Job with the launcher's options given whole (N, FT, Env and
@@ -46,14 +46,14 @@ func job(o launch.Options) (string, string, int) {
 // "rank R ok".
 func JobOK(t testing.TB, n int, env ...string) string {
 	t.Helper()
-	return jobOK(t, launch.Options{N: n, Env: env})
+	return jobOK(t, launch.Options{N: n, Bind: launch.BindNone, Env: env})
 }
 
 // BoundJobOK is JobOK with rank r pinned to CPU r mod NumCPU from its
 // start, as rivetrun -bind-to core and mpirun --bind-to core pin.
 func BoundJobOK(t testing.TB, n int, env ...string) string {
 	t.Helper()
-	return jobOK(t, launch.Options{N: n, Bind: true, Env: env})
+	return jobOK(t, launch.Options{N: n, Bind: launch.BindCore, Env: env})
 }
 
 func jobOK(t testing.TB, o launch.Options) string {

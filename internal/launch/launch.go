@@ -52,10 +52,12 @@ type Options struct {
 	// failed has to exit by itself (its fabric ends it with status 99 as
 	// soon as it runs) before the launcher SIGKILLs it; 1 s if zero.
 	FenceGrace time.Duration
-	// Bind pins rank r to CPU r mod NumCPU from its first instruction,
-	// as mpirun's --bind-to core does: the Go runtime then starts with
-	// GOMAXPROCS 1 and every thread it makes stays on that CPU.
-	Bind   bool
+	// Bind says whether rank r is pinned to CPU r mod NumCPU from its
+	// first instruction, as mpirun's --bind-to core does: the Go runtime
+	// then starts with GOMAXPROCS 1 and every thread it makes stays on
+	// that CPU. The zero value, BindAuto, pins when the ranks fit the
+	// CPUs: every caller launches the same way unless it says otherwise.
+	Bind   Binding
 	Env    []string // added to os.Environ() for every process
 	Stdout io.Writer
 	Stderr io.Writer
@@ -202,7 +204,7 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 		var outDone, errDone func()
 		cmd.Stdout, outDone = j.output(r, j.Stdout)
 		cmd.Stderr, errDone = j.output(r, j.Stderr)
-		if j.Bind {
+		if j.Bind.pins(j.N) {
 			err = startOn(cmd, r%runtime.NumCPU())
 		} else {
 			err = cmd.Start()
