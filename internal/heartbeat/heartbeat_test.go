@@ -210,7 +210,14 @@ func idleBeat() error {
 	go func() {
 		runtime.LockOSThread() // a thread of its own, not given back to the runtime
 		me := unix.Gettid()
-		if err := unix.SchedSetAttr(me, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0); err != nil {
+		// Nice 7, as a job started at a low priority: the heartbeat keeps
+		// it (an unprivileged thread cannot ask for less, and a request
+		// that asked would fail whole, leaving SCHED_IDLE in place).
+		if err := unix.Setpriority(unix.PRIO_PROCESS, me, 7); err != nil {
+			errc <- err
+			return
+		}
+		if err := unix.SchedSetAttr(me, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE, Nice: 7}, 0); err != nil {
 			errc <- err
 			return
 		}
@@ -226,9 +233,9 @@ func idleBeat() error {
 			return
 		}
 		defer b.Stop()
-		attr, err := unix.SchedGetAttr(int(atomic.LoadUint32(&b.a.tid)), 0)
-		if err == nil && attr.Policy != unix.SCHED_NORMAL {
-			err = fmt.Errorf("a heartbeat made from a SCHED_IDLE thread runs under policy %d", attr.Policy)
+		attr, err := unix.SchedGetAttr(b.Thread(), 0)
+		if err == nil && (attr.Policy != unix.SCHED_NORMAL || attr.Nice != 7) {
+			err = fmt.Errorf("a heartbeat made from a SCHED_IDLE thread at nice 7 runs under policy %d at nice %d", attr.Policy, attr.Nice)
 		}
 		errc <- err
 	}()

@@ -35,6 +35,12 @@ func (b *Beat) start() error {
 	// SCHED_IDLE (reset-on-fork does not reset that policy): a beat that
 	// waits for an idle CPU is a false suspicion. It runs as a normal
 	// thread, whoever made it.
-	unix.SchedSetAttr(tid, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}, 0)
+	// It keeps the process's nice value: asking an unprivileged
+	// process's thread for nice 0 would fail whole, policy and all.
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
+	if prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err == nil {
+		attr.Nice = int32(20 - prio) // the system call returns 40..1 for nice -20..19
+	}
+	unix.SchedSetAttr(tid, &attr, 0)
 	return nil
 }

@@ -26,12 +26,20 @@ const guardPeriod = 50 * time.Millisecond
 func guard(monitor int, seen map[int]bool) {
 	sample := []metrics.Sample{{Name: "/sched/threads/total:threads"}}
 	var made uint64
+	again := 0 // scans still owed after the count last changed
 	for {
 		metrics.Read(sample)
 		if sample[0].Value.Kind() != metrics.KindUint64 || sample[0].Value.Uint64() != made {
 			if sample[0].Value.Kind() == metrics.KindUint64 {
 				made = sample[0].Value.Uint64()
 			}
+			// The runtime counts a thread before it clones it: a scan
+			// right after the count moved may not find it yet, and the
+			// count will not move again for it.
+			again = 3
+		}
+		if again > 0 {
+			again--
 			seen = restore(monitor, seen)
 		}
 		time.Sleep(guardPeriod)
