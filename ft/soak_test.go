@@ -27,7 +27,8 @@ const soakFor = 60 * time.Second
 // progSoak: no false positive under load. For a minute, with the default
 // settings and every rank's detector running, each rank alternates bursts
 // of computation outside the library (up to half a second) with
-// allreduces; two ranks share each CPU. Afterwards nobody is known failed.
+// allreduces; two ranks share each CPU with a busy process of the same
+// priority (TestSoak's). Afterwards nobody is known failed.
 func progSoak(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
 	d, err := Start(ctx, ep, Options{})
@@ -65,6 +66,7 @@ func progSoak(ctx context.Context, ep *fabric.Endpoint) error {
 func TestSoak(t *testing.T) {
 	for _, way := range ways(t) {
 		t.Run(way.name, func(t *testing.T) {
+			testutil.CPUHogs(t)
 			jobtest.BoundJobOK(t, 4, append([]string{progs.Env + "=soak"}, way.env...)...)
 		})
 	}

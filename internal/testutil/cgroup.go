@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -116,4 +117,34 @@ func cpuController(t testing.TB) (root string, v2 bool, err error) {
 		return "", false, fmt.Errorf("enabling cpu in %s: %w", unified, err)
 	}
 	return unified, true, nil
+}
+
+// CPUHogs starts one busy process on each CPU this process may use, at
+// its priority, each pinned to its CPU, and stops them when the test
+// ends: the same-priority neighbours of a loaded node.
+func CPUHogs(t testing.TB) {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatalf("CPU hogs: %v", err)
+	}
+	for cpu := 0; cpu < 1024 && set.Count() > 0; cpu++ {
+		if !set.IsSet(cpu) {
+			continue
+		}
+		set.Clear(cpu)
+		cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("CPU hog: %v", err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+		var one unix.CPUSet
+		one.Set(cpu)
+		if err := unix.SchedSetaffinity(cmd.Process.Pid, &one); err != nil {
+			t.Fatalf("CPU hog on CPU %d: %v", cpu, err)
+		}
+	}
 }
