@@ -5,6 +5,7 @@ package fabric
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync/atomic"
 	"time"
@@ -290,6 +291,12 @@ func (c *Comm) AckFailed(n int) int {
 	c.acked = max(c.acked, min(n, k))
 	return c.acked
 }
+
+// AckAllFailed acknowledges every failure of c's members this process
+// knows of now and returns how many are acknowledged: the usual
+// AckFailed(GetFailed().Size()) in one step, with no failure learned
+// between the two calls left out.
+func (c *Comm) AckAllFailed() int { return c.AckFailed(math.MaxInt) }
 
 // FaultTolerant reports whether this endpoint tolerates process failures
 // (MPI's MPI_FT attribute): operations involving a failed process raise

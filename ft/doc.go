@@ -11,8 +11,13 @@
 // a load on the node and an RDMA read across nodes — so neither the
 // watched process's CPU nor its message matching takes part, and a
 // process computing for seconds outside the library is never suspected.
-// A verdict is final: the fabric fences the convicted process out, and
-// its own heartbeat thread ends it if it still runs.
+// A heartbeat that stands still convicts only on evidence that the
+// process cannot run: on its node, the kernel's word that its heartbeat
+// thread is stopped, frozen or gone (one that waits for a CPU, however
+// long, is stalled, not failed); across nodes, reads of it that go
+// unanswered, or Options.Unconfirmed. A verdict is final: the fabric
+// fences the convicted process out, and its own heartbeat thread ends it
+// if it still runs.
 //
 // Revoking a communicator is fabric's (Comm.Revoke): it is state every
 // operation checks, spread by the broadcast failure notices use.

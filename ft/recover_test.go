@@ -112,7 +112,7 @@ func errClass(err error) string {
 // succeeds: then every member knows and acknowledged the same failures.
 func settle(ctx context.Context, c *fabric.Comm) {
 	for i := 0; ; i++ {
-		c.AckFailed(c.Size())
+		c.AckAllFailed()
 		if _, err := Agree(ctx, c, 1); err == nil {
 			return
 		} else if !errors.Is(err, fabric.ErrProcFailed) || i > 20 {

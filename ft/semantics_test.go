@@ -137,8 +137,8 @@ func table(ctx context.Context, w *fabric.Comm) {
 	if n := w.AckFailed(0); n != 0 {
 		failf("AckFailed(0) = %d before any acknowledgement", n)
 	}
-	if n := w.AckFailed(4); n != 1 {
-		failf("AckFailed(4) = %d, want 1 (one failure known)", n)
+	if n := w.AckAllFailed(); n != 1 {
+		failf("AckAllFailed() = %d, want 1 (one failure known)", n)
 	}
 	if n := w.AckFailed(0); n != 1 {
 		failf("AckFailed(0) = %d after acknowledging, want 1", n)

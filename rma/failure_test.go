@@ -185,9 +185,13 @@ func progFail(ctx context.Context, ep *fabric.Endpoint) error {
 	case "pscw":
 		switch me {
 		case fTarget:
-			must(win.Post(ctx, []int{fOrigin}, 0), "post")
+			g, err := win.Group().Incl([]int{fOrigin})
+			must(err, "group")
+			must(win.Post(ctx, g, 0), "post")
 		case fOrigin:
-			must(win.Start(ctx, []int{fTarget}, 0), "start")
+			g, err := win.Group().Incl([]int{fTarget})
+			must(err, "group")
+			must(win.Start(ctx, g, 0), "start")
 			must(Put(ctx, win.Window, x[failLo:failHi], fTarget, win.D(fTarget, failLo)), "put")
 			must(Get(ctx, win.Window, int64s(got), fTarget, win.D(fTarget, failGetLo)), "get")
 		}

@@ -203,13 +203,21 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 	return w.targetErr(r, err)
 }
 
-// CompareAndSwap replaces window rank r's element at disp with origin
-// if it equals compare (MPI_Compare_and_swap), atomically, and returns
-// the element's previous value. T is an integer, bool or byte type.
-func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origin T, r, disp int) (T, error) {
-	var old T
-	esz := int(unsafe.Sizeof(old))
-	vals := [3]T{compare, origin}
+// CompareAndSwap stores new in window rank r's element at disp if that
+// element equals old (MPI_Compare_and_swap), atomically, and returns the
+// element's previous value: the swap happened if it equals old. T is an
+// integer, bool or byte type.
+//
+// The arguments are in sync/atomic's order — old, then new, as in
+// atomic.CompareAndSwapUint64(addr, old, new) — not MPI's C binding's
+// (origin, compare, result), which passes the new value first:
+//
+//	prev, err := rma.CompareAndSwap(ctx, w, int64(0), int64(me+1), 0, 0) // claim slot 0 if free
+//	if err == nil && prev == 0 { /* this process claimed it */ }
+func CompareAndSwap[T comparable](ctx context.Context, w *Window, old, new T, r, disp int) (T, error) {
+	var zero T
+	esz := int(unsafe.Sizeof(zero))
+	vals := [3]T{old, new}
 	cmp, in, out := elem.Bytes(vals[0:1]), elem.Bytes(vals[1:2]), elem.Bytes(vals[2:3])
 	if numKindFor[T]() == numInt && w.fastRMW(r, disp, esz, esz, 0, numNone, cmp, in, out) {
 		return vals[2], nil
@@ -217,21 +225,21 @@ func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origi
 	switch k := reflect.TypeFor[T]().Kind(); {
 	case k == reflect.Bool, k >= reflect.Int && k <= reflect.Uintptr:
 	default:
-		return old, fmt.Errorf("%w: CompareAndSwap on %v (MPI defines it for integer, logical and byte types)", ErrType, reflect.TypeFor[T]())
+		return zero, fmt.Errorf("%w: CompareAndSwap on %v (MPI defines it for integer, logical and byte types)", ErrType, reflect.TypeFor[T]())
 	}
 	if err := w.begin(); err != nil {
-		return old, err
+		return zero, err
 	}
 	defer w.mu.Unlock()
 	t, off, err := w.access(ctx, r, disp, esz)
 	if err != nil {
-		return old, err
+		return zero, err
 	}
 	if off%uint64(esz) != 0 {
-		return old, fmt.Errorf("%w: CompareAndSwap at byte %d, not aligned to its %d-byte element", ErrType, off, esz)
+		return zero, fmt.Errorf("%w: CompareAndSwap at byte %d, not aligned to its %d-byte element", ErrType, off, esz)
 	}
 	if err := w.record(ctx, r, disp, off, esz); err != nil {
-		return old, w.targetErr(r, err)
+		return zero, w.targetErr(r, err)
 	}
 	if esz == 8 {
 		var prev uint64
@@ -246,7 +254,7 @@ func CompareAndSwap[T comparable](ctx context.Context, w *Window, compare, origi
 	}
 	if err != nil && ctx.Err() == nil {
 		w.lostResult(r, w.rangeAt(disp, off), esz, true, nil)
-		return old, w.targetErr(r, err)
+		return zero, w.targetErr(r, err)
 	}
 	return vals[2], err
 }

@@ -168,6 +168,12 @@ func flavors(ctx context.Context, ep *fabric.Endpoint, size int) (names []string
 				if len(b) != size || unit != 8 {
 					failf("SharedQuery(%d): %d bytes, unit %d", r, len(b), unit)
 				}
+				// SharedView is the same memory, typed.
+				v, unit, err := SharedView[int64](w, r)
+				must(err, "shared view")
+				if len(v) != size/8 || unit != 8 || &b[0] != (*byte)(unsafe.Pointer(&v[0])) {
+					failf("SharedView(%d): %d elements, unit %d, at %p, want %p", r, len(v), unit, &v[0], &b[0])
+				}
 			}
 			return window{w, w.Base(), func() { must(w.Free(ctx), "free") }, unit8}
 		})
@@ -213,8 +219,8 @@ func progModel(ctx context.Context, ep *fabric.Endpoint) error {
 				case "fence":
 					must(w.Fence(ctx, NoPrecede), where+": fence")
 				case "pscw":
-					must(w.Post(ctx, all, 0), where+": post")
-					must(w.Start(ctx, all, 0), where+": start")
+					must(w.Post(ctx, w.Group(), 0), where+": post")
+					must(w.Start(ctx, w.Group(), 0), where+": start")
 				case "lockall":
 					must(w.LockAll(ctx, 0), where+": lockall")
 				}
@@ -722,6 +728,25 @@ func progAllocs(ctx context.Context, ep *fabric.Endpoint) error {
 		}
 	}
 	must(collectives.Barrier(ctx, c), "barrier")
+	// A PSCW round, each side's part: 201 rounds (AllocsPerRun's warm-up
+	// and 200), ranks 0 and 1; the groups are made once, as a program
+	// would.
+	if me := c.Rank(); me < 2 {
+		peer, err := w.Group().Incl([]int{1 - me})
+		must(err, "peer")
+		side := func() { must(w.Post(ctx, peer, 0), "post"); must(w.Wait(ctx), "wait") }
+		if me == 0 {
+			side = func() {
+				must(w.Start(ctx, peer, 0), "start")
+				must(Put(ctx, w, src[:1], 1, 0), "put")
+				must(w.Complete(ctx), "complete")
+			}
+		}
+		if n := testing.AllocsPerRun(200, side); n != 0 {
+			failf("PSCW, rank %d's side: %v allocations per round", me, n)
+		}
+	}
+	must(collectives.Barrier(ctx, c), "barrier")
 	must(ep.FreeMem(buf), "freemem")
 	return w.Free(ctx)
 }
@@ -736,10 +761,11 @@ func progPSCW(ctx context.Context, ep *fabric.Endpoint) error {
 	w, err := Allocate(ctx, c, 16*8, 8, Info{})
 	must(err, "allocate")
 	left, right := (me+n-1)%n, (me+1)%n
-	nb := []int{left, right}
+	nb, err := w.Group().Incl([]int{left, right})
 	if left == right {
-		nb = nb[:1]
+		nb, err = w.Group().Incl([]int{left})
 	}
+	must(err, "neighbours")
 	cells := unsafe.Slice((*int64)(unsafe.Pointer(&w.Base()[0])), 16)
 	for round := int64(1); round <= 20; round++ {
 		must(w.Post(ctx, nb, 0), "post")
@@ -765,9 +791,12 @@ func progPSCW(ctx context.Context, ep *fabric.Endpoint) error {
 	// Rank 0 exposes itself to every other rank at once; they access it
 	// one after another, each adding to a cell.
 	if me == 0 {
-		others := make([]int, 0, n-1)
-		for r := 1; r < n; r++ {
-			others = append(others, r)
+		others, err := w.Group().Excl([]int{0})
+		must(err, "others")
+		// A process outside the window's group is an error, not a hang.
+		outside, _ := fabric.NewGroup([]int{n})
+		if err := w.Post(ctx, outside, 0); !errors.Is(err, fabric.ErrGroup) {
+			failf("Post to world rank %d, outside the window: %v, want ErrGroup", n, err)
 		}
 		must(w.Post(ctx, others, 0), "post")
 		must(w.Wait(ctx), "wait")
@@ -775,7 +804,9 @@ func progPSCW(ctx context.Context, ep *fabric.Endpoint) error {
 			failf("sum of the starters' ranks: %d, want %d", cells[2], n*(n-1)/2)
 		}
 	} else {
-		must(w.Start(ctx, []int{0}, 0), "start")
+		zero, err := w.Group().Incl([]int{0})
+		must(err, "rank 0")
+		must(w.Start(ctx, zero, 0), "start")
 		must(Accumulate(ctx, w, []int64{int64(me)}, 0, 2, op.Sum[int64]()), "accumulate")
 		must(w.Complete(ctx), "complete")
 	}

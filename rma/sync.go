@@ -52,6 +52,9 @@ type epochs struct {
 	posted, started, completed, waited []uint64
 	bar                                uint64 // fence barriers entered
 	ok                                 []bool // which targets an epoch's end completed
+	ranks                              []int  // a PSCW call's group as window ranks (ranksOf)
+	group                              fabric.Group
+	groupSet                           bool // group is the window's group
 }
 
 // okBuf is e.ok, cleared, for n targets.
@@ -191,6 +194,25 @@ func (w *Window) targetErr(r int, err error) error {
 	return err
 }
 
+// ranksOf is g, a group of the window's processes, as window ranks in
+// e.ranks — without allocating once the window's group is known.
+func (w *Window) ranksOf(g fabric.Group, call string) ([]int, error) {
+	e := &w.st
+	if !e.groupSet {
+		e.group, e.groupSet = w.comm.Group(), true
+	}
+	e.ranks = e.ranks[:0]
+	for i := range g.Size() {
+		wr, _ := g.WorldRank(i)
+		r := e.group.RankOf(wr)
+		if r == fabric.Undefined {
+			return nil, fmt.Errorf("%w: %s: world rank %d is not in the window's group", fabric.ErrGroup, call, wr)
+		}
+		e.ranks = append(e.ranks, r)
+	}
+	return e.ranks, w.checkGroup(e.ranks, call)
+}
+
 func (w *Window) checkGroup(g []int, call string) error {
 	for i, r := range g {
 		if r < 0 || r >= w.n {
@@ -203,12 +225,14 @@ func (w *Window) checkGroup(g []int, call string) error {
 	return nil
 }
 
-// Post opens an exposure epoch for the window ranks in group
-// (MPI_Win_post): each of them may access this process's memory once it
-// has seen the post in its Start. It does not wait. A member of group
-// known failed is told nothing, and Post raises its failure once it has
-// told the others; the epoch is open, and Wait ends it.
-func (w *Window) Post(ctx context.Context, group []int, a Assert) error {
+// Post opens an exposure epoch for the processes of g (MPI_Win_post), a
+// group of the window's processes — the window's Group, or one made from
+// it (Incl, Excl, the failed group's Difference), as communicator
+// creation takes: each of them may access this process's memory once it
+// has seen the post in its Start. It does not wait. A member of g known
+// failed is told nothing, and Post raises its failure once it has told
+// the others; the epoch is open, and Wait ends it.
+func (w *Window) Post(ctx context.Context, g fabric.Group, a Assert) error {
 	if err := a.check(NoCheck|NoStore|NoPut, "Post"); err != nil {
 		return err
 	}
@@ -216,7 +240,8 @@ func (w *Window) Post(ctx context.Context, group []int, a Assert) error {
 		return err
 	}
 	defer w.mu.Unlock()
-	if err := w.checkGroup(group, "Post"); err != nil {
+	group, err := w.ranksOf(g, "Post")
+	if err != nil {
 		return err
 	}
 	e := &w.st
@@ -224,7 +249,6 @@ func (w *Window) Post(ctx context.Context, group []int, a Assert) error {
 		return fmt.Errorf("%w: Post while an exposure or fence epoch is open", ErrEpoch)
 	}
 	e.exposure, e.exposeOn = append(e.exposure[:0], group...), true
-	var err error
 	for _, r := range group {
 		e.posted[r]++
 		f := w.failed(r)
@@ -238,12 +262,12 @@ func (w *Window) Post(ctx context.Context, group []int, a Assert) error {
 	return err
 }
 
-// Start opens an access epoch to the window ranks in group
-// (MPI_Win_start), waiting until each has posted an exposure epoch to
-// this process. If a member of group failed first, Start raises its
+// Start opens an access epoch to the processes of g (MPI_Win_start), a
+// group of the window's processes as Post takes, waiting until each has
+// posted an exposure epoch to this process. If a member of g failed first, Start raises its
 // failure once the others have posted; the epoch is open all the same
 // (operations to the failed one fail), and Complete ends it.
-func (w *Window) Start(ctx context.Context, group []int, a Assert) error {
+func (w *Window) Start(ctx context.Context, g fabric.Group, a Assert) error {
 	if err := a.check(NoCheck, "Start"); err != nil {
 		return err
 	}
@@ -252,14 +276,14 @@ func (w *Window) Start(ctx context.Context, group []int, a Assert) error {
 	}
 	defer w.endSync()
 	w.synced()
-	if err := w.checkGroup(group, "Start"); err != nil {
+	group, err := w.ranksOf(g, "Start")
+	if err != nil {
 		return err
 	}
 	e := &w.st
 	if e.accessOn || e.fence || e.lockAll || e.nlocks > 0 {
 		return fmt.Errorf("%w: Start while another access epoch is open", ErrEpoch)
 	}
-	var err error
 	for _, r := range group {
 		e.started[r]++
 		f := w.awaitCtl(ctx, postWord(w.n, r), e.started[r], func() error { return w.failed(r) })

@@ -533,6 +533,15 @@ func (w *Window) SharedQuery(r int) ([]byte, int, error) {
 // still reaches memory this one released; then it releases everything
 // this process holds for the window, and the window is unusable, as
 // after a Free that succeeded. It never waits for a failed process.
+// The error is deliberate — the final synchronization did not include
+// every member, and Undefined says what that left undefined — so a
+// deferred Free filters the classes it expects:
+//
+//	defer func() {
+//		if err := w.Free(ctx); err != nil && !errors.Is(err, fabric.ErrProcFailed) && !errors.Is(err, fabric.ErrRevoked) {
+//			log.Print(err)
+//		}
+//	}()
 func (w *Window) Free(ctx context.Context) error {
 	w.mu.Lock()
 	if w.freed {

@@ -507,7 +507,10 @@ func (r *rmaRun) timed(ctx context.Context, w *rma.Window, iters, warm int, do f
 	if r.b.exclusive || (r.b.lockExcl && r.o.Sync == SyncLock) {
 		lt = rma.Exclusive
 	}
-	group := []int{peer}
+	group, err := w.Group().Incl([]int{peer})
+	if err != nil {
+		return 0, err
+	}
 	bw := r.b.kind == kindBW
 	switch r.o.Sync {
 	case SyncFlush, SyncFlushLocal:
@@ -623,7 +626,7 @@ const (
 )
 
 // steps runs one active-target round, stopping at the first error.
-func (r *rmaRun) steps(ctx context.Context, w *rma.Window, do func(int) error, group []int, steps ...step) error {
+func (r *rmaRun) steps(ctx context.Context, w *rma.Window, do func(int) error, group fabric.Group, steps ...step) error {
 	for _, s := range steps {
 		var err error
 		switch s {

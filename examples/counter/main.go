@@ -4,8 +4,10 @@
 // work counter: every rank takes task numbers with FetchAndOp on a
 // counter that rank 0 exposes, and adds each task's result into rank 0's
 // total with Accumulate — passive target, so rank 0 takes no part beyond
-// its own share of the work. Then a halo exchange with Fence: each rank
-// puts its edge values into its neighbours' halo cells.
+// its own share of the work; the first rank to find the counter spent
+// claims the report with CompareAndSwap. Then a halo exchange with
+// Fence: each rank puts its edge values into its neighbours' halo cells.
+// Each rank reads its own window through rma.View, a typed slice.
 //
 //	go run ./cmd/rivetrun -n 4 go run ./examples/counter
 package main
@@ -15,7 +17,6 @@ import (
 	"fmt"
 	"log"
 	"time"
-	"unsafe"
 
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
@@ -42,9 +43,10 @@ func run(ctx context.Context) error {
 	c := ep.World()
 	me, n := c.Rank(), c.Size()
 
-	// Rank 0's window holds the next task number and the total, as two
-	// int64s (displacement unit 8).
-	win, err := rma.Allocate(ctx, c, 16, 8, rma.Info{})
+	// Rank 0's window holds the next task number, the total and the
+	// rank (plus one) that claimed the report, as three int64s
+	// (displacement unit 8).
+	win, err := rma.Allocate(ctx, c, 24, 8, rma.Info{})
 	if err != nil {
 		return err
 	}
@@ -58,6 +60,11 @@ func run(ctx context.Context) error {
 			return err
 		}
 		if task >= tasks {
+			// Claim the report if nobody has: old 0, new me+1, in
+			// sync/atomic's order; the previous value says who won.
+			if _, err := rma.CompareAndSwap(ctx, win, int64(0), int64(me+1), 0, 2); err != nil {
+				return err
+			}
 			break
 		}
 		if err := rma.Accumulate(ctx, win, []int64{task * task}, 0, 1, op.Sum[int64]()); err != nil {
@@ -73,11 +80,18 @@ func run(ctx context.Context) error {
 		return err
 	}
 	if me == 0 {
-		total := *(*int64)(unsafe.Pointer(&win.Base()[8]))
+		words, err := rma.View[int64](win) // this rank's window, typed
+		if err != nil {
+			return err
+		}
+		total, claimed := words[1], words[2]
 		if want := int64((tasks - 1) * tasks * (2*tasks - 1) / 6); total != want {
 			return fmt.Errorf("total %d, want %d", total, want)
 		}
-		fmt.Printf("%d tasks over %d ranks %v: sum of squares %d\n", tasks, n, counts, total)
+		if claimed < 1 || claimed > int64(n) {
+			return fmt.Errorf("the report was claimed by %d, not a rank plus one", claimed)
+		}
+		fmt.Printf("%d tasks over %d ranks %v: sum of squares %d, reported by rank %d\n", tasks, n, counts, total, claimed-1)
 	}
 	if err := win.Free(ctx); err != nil {
 		return err
@@ -88,7 +102,10 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cells := unsafe.Slice((*float64)(unsafe.Pointer(&halo.Base()[0])), 10)
+	cells, err := rma.View[float64](halo)
+	if err != nil {
+		return err
+	}
 	for i := 1; i <= 8; i++ {
 		cells[i] = float64(me*100 + i)
 	}

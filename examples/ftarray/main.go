@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"unsafe"
 
 	"github.com/rivet-hpc/rivet/examples/internal/inject"
 	"github.com/rivet-hpc/rivet/fabric"
@@ -94,7 +93,10 @@ func run(ctx context.Context) error {
 	}
 	flag, aerr := ft.Agree(ctx, world, ok)
 	if aerr == nil && flag == 1 {
-		mine := int64s(win.Base())
+		mine, err := rma.View[int64](win)
+		if err != nil {
+			return err
+		}
 		for j, x := range mine {
 			if want := sumOver(all(n), me*block+j); x != want {
 				return fmt.Errorf("element %d is %d, want %d", me*block+j, x, want)
@@ -115,7 +117,11 @@ func run(ctx context.Context) error {
 	}
 	defer s.Free()
 	survivors := s.Group().Members() // world ranks
-	mine := slices.Clone(int64s(win.Base()))
+	view, err := rma.View[int64](win)
+	if err != nil {
+		return err
+	}
+	mine := slices.Clone(view)
 	repaired := 0
 	for _, u := range win.Undefined().Exposed {
 		for off := u.Off; off < u.Off+u.Len; off += 8 {
@@ -149,7 +155,10 @@ func run(ctx context.Context) error {
 	// The dead processes' blocks went with them: their new owners
 	// recompute them.
 	lost := 0
-	dst := int64s(nw.Base())
+	dst, err := rma.View[int64](nw)
+	if err != nil {
+		return err
+	}
 	for w := range n {
 		if slices.Contains(survivors, w) {
 			continue
@@ -191,8 +200,6 @@ func all(n int) []int {
 	}
 	return rs
 }
-
-func int64s(b []byte) []int64 { return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), len(b)/8) }
 
 func main() {
 	if err := run(context.Background()); err != nil {

@@ -51,7 +51,7 @@ func rankIn(c *fabric.Comm, world []int) []int {
 func failedByAgree(ctx context.Context, c *fabric.Comm) (fabric.Group, error) {
 	acked := 0
 	for {
-		acked = c.AckFailed(c.Size())
+		acked = c.AckAllFailed()
 		_, err := ft.Agree(ctx, c, 1)
 		if err == nil {
 			break
