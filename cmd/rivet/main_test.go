@@ -423,24 +423,32 @@ func asMain(extra ...string) []string {
 // not pinned — unless RIVET_SYSMON=idle lowers it, and rank 0 says which.
 func TestBenchRuntimeSettings(t *testing.T) {
 	for _, tc := range []struct {
+		args []string
 		env  []string
 		want string
 	}{
-		{nil, "async preemption off; sysmon normal"},
-		{[]string{"GODEBUG=asyncpreemptoff=0", "RIVET_SYSMON=idle"}, "async preemption on; sysmon idle"},
+		// Pinned by default (-bind-to auto, 2 ranks), so the runtime's
+		// monitor goes idle; unpinned it stays normal.
+		{nil, nil, "async preemption off; sysmon idle"},
+		{[]string{"-bind-to", "none"}, nil, "async preemption off; sysmon normal"},
+		{[]string{"-bind-to", "none"}, []string{"GODEBUG=asyncpreemptoff=0", "RIVET_SYSMON=idle"}, "async preemption on; sysmon idle"},
 	} {
+		if len(tc.args) > 0 && runtime.NumCPU() < 2 {
+			continue // unpinned on one CPU is confined all the same
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cmd := exec.CommandContext(ctx, os.Args[0], "bench", "osu_latency", "-m", "8:8", "-i", "50", "-x", "5")
+		args := append(append([]string{"bench"}, tc.args...), "osu_latency", "-m", "8:8", "-i", "50", "-x", "5")
+		cmd := exec.CommandContext(ctx, os.Args[0], args...)
 		cmd.Env = asMain(tc.env...)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
 		cancel()
 		if err != nil || !strings.Contains(stdout.String(), "\n8 ") {
-			t.Fatalf("%v: %v\n%s\n%s", tc.env, err, stdout.String(), stderr.String())
+			t.Fatalf("%v %v: %v\n%s\n%s", tc.args, tc.env, err, stdout.String(), stderr.String())
 		}
 		if !strings.Contains(stderr.String(), "rank 1 over shm; "+tc.want+"\n") {
-			t.Errorf("%v: stderr does not say %q:\n%s", tc.env, tc.want, stderr.String())
+			t.Errorf("%v %v: stderr does not say %q:\n%s", tc.args, tc.env, tc.want, stderr.String())
 		}
 	}
 }
