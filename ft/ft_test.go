@@ -303,3 +303,11 @@ func TestDetectorOutlivesEndpoint(t *testing.T) {
 		t.Run(way.name, func(t *testing.T) { progs.OK(t, 3, "forget", way.env...) })
 	}
 }
+
+// TestExitStatus: the launcher counts a rank that ends by its peers'
+// verdict as failed, by the status the fabric gives it.
+func TestExitStatus(t *testing.T) {
+	if fabric.ExitDeclaredFailed != launch.ExitDeclaredFailed {
+		t.Fatalf("fabric.ExitDeclaredFailed %d, launch.ExitDeclaredFailed %d", fabric.ExitDeclaredFailed, launch.ExitDeclaredFailed)
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
-	"syscall"
 	"time"
 
 	"github.com/rivet-hpc/rivet/bench/ftbench"
@@ -137,11 +136,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		st := launch.Run(ctx, launch.Options{N: *np, FT: failure, Bind: bind, Env: []string{benchChildEnv + "=1"}, Stdout: stdout, Stderr: stderr},
-			append([]string{self, "bench"}, args...))
-		if failure && st == 128+int(syscall.SIGKILL) {
-			st = 0 // the rank that died on purpose
-		}
+		// With -failure a rank dies on purpose: the survivors decide.
+		st := launch.Run(ctx, launch.Options{N: *np, FT: failure, ExpectFailures: failure, Bind: bind, Env: []string{benchChildEnv + "=1"},
+			Stdout: stdout, Stderr: stderr}, append([]string{self, "bench"}, args...))
 		if st != 0 {
 			return fmt.Errorf("bench: the job exited with status %d", st)
 		}

@@ -55,6 +55,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 0, "number of `processes`")
 	tag := fs.Bool("tag-output", false, "prefix every output line with [rank]")
 	ft := fs.Bool("ft", false, "keep the job running when a rank dies, and tell the others (fd 4, RIVET_FT_FD)")
+	expect := fs.Bool("expect-failures", false, "with -ft, exit 0 when every rank that did not fail (killed, or declared failed: status 99) exited 0")
 	bind := fs.String("bind-to", "auto", "pin rank r to CPU r mod NumCPU: `core`, none, or auto (core when N ≤ CPUs)")
 	grace := fs.Duration("grace", 3*time.Second, "after a failure, how long the others get to exit on SIGTERM before SIGKILL")
 	fenceGrace := fs.Duration("fence-grace", time.Second, "with -ft, how long a rank declared failed gets to exit by itself before SIGKILL")
@@ -68,11 +69,15 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rivetrun: need -n N (N ≥ 1) and a program (see -h)")
 		return 2
 	}
+	if *expect && !*ft {
+		fmt.Fprintln(stderr, "rivetrun: -expect-failures needs -ft")
+		return 2
+	}
 	binding, err := launch.ParseBinding(*bind)
 	if err != nil {
 		fmt.Fprintf(stderr, "rivetrun: %v\n", err)
 		return 2
 	}
-	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft, FenceGrace: *fenceGrace, Bind: binding,
+	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft, ExpectFailures: *expect, FenceGrace: *fenceGrace, Bind: binding,
 		Stdout: stdout, Stderr: stderr}, fs.Args())
 }

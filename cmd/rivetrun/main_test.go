@@ -124,7 +124,7 @@ func TestSignalForwarded(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	for _, args := range [][]string{{}, {"-n", "0", "true"}, {"-n", "2"}, {"-bogus"}} {
+	for _, args := range [][]string{{}, {"-n", "0", "true"}, {"-n", "2"}, {"-bogus"}, {"-n", "2", "-expect-failures", "true"}} {
 		if _, _, st := rivetrun(t, args...); st != 2 {
 			t.Errorf("rivetrun %q: status %d, want 2", args, st)
 		}
@@ -147,5 +147,29 @@ func TestFT(t *testing.T) {
 	}
 	if !strings.Contains(errs, "rank 1 was killed by signal 9 (killed); the others go on (-ft)") {
 		t.Errorf("stderr:\n%s", errs)
+	}
+}
+
+// TestExpectFailures: with -ft alone a job whose survivors all succeed
+// exits with the dead rank's status; with -expect-failures it exits 0 —
+// and still fails when a survivor fails, or when nobody survives. A rank
+// ended by its peers' verdict (status 99) counts as failed, not as an
+// error of the program.
+func TestExpectFailures(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		script string
+		want   int
+	}{
+		{[]string{"-ft"}, `[ "$PMI_RANK" = 1 ] && kill -9 $$; exit 0`, 137},
+		{[]string{"-ft", "-expect-failures"}, `[ "$PMI_RANK" = 1 ] && kill -9 $$; exit 0`, 0},
+		{[]string{"-ft", "-expect-failures"}, `[ "$PMI_RANK" = 1 ] && exit 99; exit 0`, 0},
+		{[]string{"-ft", "-expect-failures"}, `[ "$PMI_RANK" = 1 ] && kill -9 $$; [ "$PMI_RANK" = 2 ] && exit 3; exit 0`, 3},
+		{[]string{"-ft", "-expect-failures"}, `kill -9 $$`, 137},
+	} {
+		args := append(append([]string{"-n", "3"}, tc.args...), "sh", "-c", tc.script)
+		if out, errs, st := rivetrun(t, args...); st != tc.want {
+			t.Errorf("rivetrun %q: status %d, want %d\n%s\n%s", args, st, tc.want, out, errs)
+		}
 	}
 }

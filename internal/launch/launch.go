@@ -38,6 +38,11 @@ const (
 	FTEnv = "RIVET_FT_FD"
 )
 
+// ExitDeclaredFailed is the status of a process that ends because its
+// peers declared it failed (fabric.ExitDeclaredFailed): a process
+// failure, as a signal is, under Options.ExpectFailures.
+const ExitDeclaredFailed = 99
+
 // TuneEnv turns on the fabric's process tuning in each rank (fabric's
 // WithProcessTuning); Run sets it to 1 unless the environment has it.
 const TuneEnv = "RIVET_TUNE_PROCESS"
@@ -48,6 +53,12 @@ type Options struct {
 	Tag   bool          // prefix every output line with "[rank] "
 	Grace time.Duration // after a failure, time given to SIGTERM before SIGKILL
 	FT    bool          // keep running when a rank dies and tell the others
+	// ExpectFailures (with FT) makes the job's status the survivors':
+	// 0 when every rank that did not fail exited 0. A rank fails when a
+	// signal ends it or it ends with ExitDeclaredFailed (its peers
+	// declared it failed); a rank that exits with any other non-zero
+	// status still fails the job, as does a job with no survivor.
+	ExpectFailures bool
 	// FenceGrace is, under FT, how long a rank another rank declared
 	// failed has to exit by itself (its fabric ends it with status 99 as
 	// soon as it runs) before the launcher SIGKILLs it; 1 s if zero.
@@ -235,7 +246,10 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 
 	// status is the first failure's: a forwarded signal, or the first rank
 	// to fail; once the job is stopping, later exits do not change it.
+	// Under ExpectFailures a process failure goes to failed instead, and
+	// survived counts the ranks that exited 0.
 	status, stopping := 0, false
+	failed, survived := 0, 0
 	// A process that SIGKILL does not end is stuck in the kernel; after
 	// killWait the job returns without it rather than hang its caller.
 	ctxDone, killNow := ctx.Done(), make(chan struct{}, 1)
@@ -295,11 +309,19 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 			if j.FT && !stopping {
 				condemn(judge.exit(e.rank))
 			}
+			if e.status == 0 {
+				survived++
+			}
 			if e.status == 0 || stopping {
 				continue
 			}
 			if j.FT {
-				if status == 0 {
+				switch {
+				case j.ExpectFailures && (e.status > 128 || e.status == ExitDeclaredFailed):
+					if failed == 0 {
+						failed = e.status
+					}
+				case status == 0:
 					status = e.status
 				}
 				j.logf("rivetrun: rank %d %s; the others go on (-ft)\n", e.rank, describe(e))
@@ -316,6 +338,9 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 				}
 			}()
 		}
+	}
+	if status == 0 && survived == 0 {
+		status = failed // nobody survived the expected failures
 	}
 	return status
 }
