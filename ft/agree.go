@@ -56,9 +56,13 @@ func (o Op) String() string {
 // as long as any call on this process makes progress — a Detector does,
 // every tick.
 //
-// On the world communicator of a job on one node the members agree
-// through shared memory, falling back to ERA when one fails meanwhile
-// (docs/ft.md).
+// Which path an agreement takes: on the world communicator of a job on
+// one node, the blocking agreements (Agree, AgreeOp, Shrink's) go
+// through shared memory, falling back to ERA when a member fails
+// meanwhile; everywhere else — a Dup or any other communicator, a job
+// across nodes, IAgree — they are ERA over messages. A test that means to exercise ERA on one node
+// runs its job with RIVET_FT_AGREE=messages (AgreeEnv), or agrees on a
+// Dup of the world (docs/ft.md).
 func Agree(ctx context.Context, c *fabric.Comm, flag int) (int, error) {
 	return AgreeOp(ctx, c, flag, BAnd)
 }

@@ -4,6 +4,7 @@ package ft
 
 import (
 	"context"
+	"os"
 
 	"github.com/rivet-hpc/rivet/internal/nodecoll"
 )
@@ -97,9 +98,17 @@ func (h *handler) fold(_ int, in []uint64) {
 	}
 }
 
-// noNodeAgree keeps every agreement on messages (for tests of the
-// agreement over messages on one node).
-var noNodeAgree bool
+// AgreeEnv chooses the path of the blocking agreements on the world
+// communicator of a one-node job: "messages" keeps them on ERA over
+// messages, as every other agreement is; unset or "auto" lets them go
+// through shared memory. Every process of the job must see the same
+// value (a member on messages would leave the others waiting in shared
+// memory), so it is read once, from the environment the launcher gives
+// them all.
+const AgreeEnv = "RIVET_FT_AGREE"
+
+// noNodeAgree keeps every agreement on messages (AgreeEnv).
+var noNodeAgree = os.Getenv(AgreeEnv) == "messages"
 
 // agreeMsgs is an agreement over messages: the one reserved as seq, or
 // with seq 0 (agreements count from 1) the next.

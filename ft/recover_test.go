@@ -38,16 +38,16 @@ func init() {
 //	during   (shrink) in its agreement (on the failed group and the
 //	         context id at once), contributed
 //
-// FT_MESSAGES_ONLY=1 keeps the agreement off shared memory, so that
+// RIVET_FT_AGREE=messages keeps the agreement off shared memory, so that
 // on a node too the points of the agreement over messages (afterup,
 // decided, during) are the ones tested.
 const (
 	victimsEnv = "FT_VICTIMS"
 	pointEnv   = "FT_POINT"
-	msgsEnv    = "FT_MESSAGES_ONLY"
+	msgsEnv    = AgreeEnv
 )
 
-func init() { noNodeAgree = os.Getenv(msgsEnv) == "1" }
+
 
 func victimsOf() []int {
 	var v []int
@@ -284,7 +284,7 @@ func sameEverywhere(t *testing.T, out string, survivors int) {
 type recoverCase struct {
 	prog, point string
 	victims     func(n int) []int
-	msgsOnly    bool // FT_MESSAGES_ONLY
+	msgsOnly    bool // RIVET_FT_AGREE=messages
 }
 
 func (c recoverCase) name(n int) string {
@@ -327,7 +327,7 @@ func TestRecoverMatrix(t *testing.T) {
 					env := append(slices.Clone(way.env), fmt.Sprintf("%s=%s", pointEnv, c.point),
 						victimsEnv+"="+strings.Trim(strings.Join(strings.Fields(fmt.Sprint(victims)), ","), "[]"))
 					if c.msgsOnly {
-						env = append(env, msgsEnv+"=1")
+						env = append(env, msgsEnv+"=messages")
 					}
 					out, errs, _ := progs.Run(t, n, c.prog, true, env...)
 					dead := len(victims)
