@@ -1,6 +1,6 @@
 module github.com/rivet-hpc/rivet
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/Mellanox/rdmamap v1.1.0

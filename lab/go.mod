@@ -1,6 +1,6 @@
 module github.com/rivet-hpc/rivet/lab
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/rivet-hpc/rivet v0.0.0

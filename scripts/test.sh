@@ -53,6 +53,14 @@ GOOS=darwin go vet ./...
 go test -count=1 -tags rivetprobe ./internal/critpath
 bash scripts/lint.sh
 
+# The oldest Go go.mod declares, which every program importing Rivet may
+# use: its toolchain comes from the Go module proxy (GOTOOLCHAIN), and
+# builds, vets and runs a few jobs.
+oldest=go$(go mod edit -json | sed -n 's/^[[:space:]]*"Go": "\(.*\)",*$/\1/p')
+echo "== $oldest (go.mod's oldest)"
+GOTOOLCHAIN=$oldest go vet ./...
+GOTOOLCHAIN=$oldest go test -count=1 ./op ./examples/allreduce ./examples/ftskeleton
+
 echo "== host tests (-race)"
 # Includes cmd/rxevm's own tests, which boot VMs, and the PMI tests under
 # Hydra; tests that need soft-RoCE skip here with a reason and run in the VM
