@@ -68,10 +68,6 @@ type Beat struct {
 	// At is when the count was read; the heartbeat showed Count at or
 	// before At. It is zero until a read has completed.
 	At time.Time
-	// Sent is when that read started: the heartbeat showed Count at some
-	// moment between Sent and At (over verbs, a read posted a tick
-	// before; on the node, a load).
-	Sent time.Time
 }
 
 // Seen reports whether the heartbeat has been read at all.
@@ -111,13 +107,12 @@ func (ep *Endpoint) Heartbeat(w int) (Beat, error) {
 	}
 	if ep.shm != nil {
 		if word := ep.shm.PeerWord(w, shmseg.WordBeat); word != nil {
-			sent := time.Now()
-			return Beat{Count: atomic.LoadUint64(word), Sent: sent, At: time.Now()}, nil
+			return Beat{Count: atomic.LoadUint64(word), At: time.Now()}, nil
 		}
 	}
 	if v := ep.verbs; v != nil && e.route[w] == v {
-		count, sent, at := v.Beat(w)
-		return Beat{Count: count, Sent: sent, At: at}, nil
+		count, at := v.Beat(w)
+		return Beat{Count: count, At: at}, nil
 	}
 	return Beat{}, fmt.Errorf("fabric: world rank %d has no heartbeat this process reads: %w", w, ErrNotSupported)
 }

@@ -7,8 +7,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
-	"time"
+	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -29,10 +31,12 @@ const (
 	// anything but a freezer: it waits for a CPU (a busy machine, a
 	// throttled cgroup) or for memory — the machine owes it time.
 	RunWaiting
-	// RunAsleep: the thread sleeps (S). Between beats it does; asleep
-	// through a whole timeout, its cgroup is frozen (cgroup v2 freezer).
+	// RunAsleep: the thread sleeps (S), as it does between beats. A
+	// sleep past its timer is no evidence of anything: in a virtual
+	// machine whose CPU the host holds, the timer's interrupt waits too.
 	RunAsleep
-	// RunFrozen: held by the cgroup v1 freezer.
+	// RunFrozen: its cgroup is frozen (the v1 freezer's FROZEN, v2's
+	// cgroup.events "frozen 1"), as a paused container or job is.
 	RunFrozen
 	// RunStopped: stopped or traced (T, t): SIGSTOP, a debugger, a
 	// suspended job.
@@ -65,17 +69,16 @@ type beatID struct {
 }
 
 // HeartbeatRunstate returns what this node's kernel says of world rank
-// w's heartbeat thread, and when it said it (after the answer was read):
-// RunUnknown for a process on another node, in another pid namespace, or
-// whose heartbeat is not a thread of its own (heartbeat.Independent). It
-// reads /proc; a detector asks it only before a verdict.
-func (ep *Endpoint) HeartbeatRunstate(w int) (Runstate, time.Time) {
+// w's heartbeat thread now: RunUnknown for a process on another node, in
+// another pid namespace, or whose heartbeat is not a thread of its own
+// (heartbeat.Independent). It reads /proc; a detector asks it only
+// before a verdict.
+func (ep *Endpoint) HeartbeatRunstate(w int) Runstate {
 	id, ok := ep.beatIDs[w]
 	if !ok || !heartbeat.Independent || id.ns != pidNamespace() {
-		return RunUnknown, time.Now()
+		return RunUnknown
 	}
-	rs := threadRunstate(id.pid, id.tid)
-	return rs, time.Now()
+	return threadRunstate(id.pid, id.tid)
 }
 
 // threadRunstate reads /proc/PID/task/TID/stat's state letter (and, for
@@ -97,12 +100,16 @@ func threadRunstate(pid, tid int) Runstate {
 	switch b[i+2] {
 	case 'R':
 		return RunWaiting
-	case 'D':
-		if wchan, err := os.ReadFile(dir + "wchan"); err == nil && string(wchan) == "__refrigerator" {
+	case 'D', 'S':
+		// A frozen task shows as one or the other (the v1 freezer
+		// freezes a sleeping task in place, in D; v2 traps it asleep):
+		// its cgroup says so.
+		if frozen(pid) {
 			return RunFrozen
 		}
-		return RunWaiting
-	case 'S':
+		if b[i+2] == 'D' {
+			return RunWaiting
+		}
 		return RunAsleep
 	case 'T', 't':
 		return RunStopped
@@ -159,4 +166,58 @@ func (ep *Endpoint) learnBeatIDs(ctx context.Context, pids []int) error {
 		}
 	}
 	return nil
+}
+
+// frozen reports whether process pid's cgroup is frozen: v1's freezer
+// state (which reports a frozen parent too), or v2's cgroup.events.
+func frozen(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	v1, v2 := cgroupMounts()
+	for _, line := range strings.Split(string(b), "\n") {
+		// "ID:CONTROLLERS:PATH"
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case f[0] == "0" && f[1] == "" && v2 != "":
+			if ev, err := os.ReadFile(v2 + f[2] + "/cgroup.events"); err == nil && strings.Contains(string(ev), "frozen 1") {
+				return true
+			}
+		case v1 != "" && slices.Contains(strings.Split(f[1], ","), "freezer"):
+			if st, err := os.ReadFile(v1 + f[2] + "/freezer.state"); err == nil && strings.TrimSpace(string(st)) == "FROZEN" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// cgroupMounts returns where the v1 freezer hierarchy and the v2 one are
+// mounted ("" for none), read once (a variable, for tests that mount one).
+var cgroupMounts = sync.OnceValues(readCgroupMounts)
+
+func readCgroupMounts() (v1, v2 string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS…] - FSTYPE SOURCE SUPEROPTS"
+		pre, post, ok := strings.Cut(line, " - ")
+		a, c := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(a) < 5 || len(c) < 3 || a[3] != "/" {
+			continue
+		}
+		switch {
+		case c[0] == "cgroup2" && v2 == "":
+			v2 = a[4]
+		case c[0] == "cgroup" && v1 == "" && slices.Contains(strings.Split(c[2], ","), "freezer"):
+			v1 = a[4]
+		}
+	}
+	return v1, v2
 }

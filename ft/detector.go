@@ -188,7 +188,7 @@ func (d *Detector) run(obs int) {
 	s.restart(now)
 	// probe asks this node's kernel about the observed process's
 	// heartbeat thread, only once its heartbeat stood still for Timeout.
-	probe := func() (fabric.Runstate, time.Time) { return ep.HeartbeatRunstate(obs) }
+	probe := func() fabric.Runstate { return ep.HeartbeatRunstate(obs) }
 	for {
 		select {
 		case <-d.stop:
@@ -252,19 +252,14 @@ type silence struct {
 	prev  time.Time // the last look
 	count uint64    // what the heartbeat showed at moved
 	known bool      // a count has been seen
-	// asleep is when the kernel last said, after the silence reached
-	// Timeout, that the heartbeat thread sleeps (zero if it has not): a
-	// read started after it that still shows count proves it slept
-	// through the whole silence — frozen.
-	asleep time.Time
-	stall  time.Time // the last look that came late: the observer's own silence
-	why    string    // the evidence of a conviction
+	stall time.Time // the last look that came late: the observer's own silence
+	why   string    // the evidence of a conviction
 }
 
 // restart measures afresh from now, with no count known (a new observed
 // process).
 func (s *silence) restart(now time.Time) {
-	s.moved, s.prev, s.known, s.asleep, s.stall = now, now, false, time.Time{}, time.Time{}
+	s.moved, s.prev, s.known, s.stall = now, now, false, time.Time{}
 }
 
 // look takes the reading b that a look at now found, and returns the
@@ -277,7 +272,7 @@ func (s *silence) restart(now time.Time) {
 // Once the silence reaches Timeout, look asks probe what the observed
 // process's node says of its heartbeat thread (and when it said so), and
 // convicts only on evidence (see judge).
-func (s *silence) look(now time.Time, b fabric.Beat, probe func() (fabric.Runstate, time.Time)) (v verdict, left time.Duration) {
+func (s *silence) look(now time.Time, b fabric.Beat, probe func() fabric.Runstate) (v verdict, left time.Duration) {
 	prev := s.prev
 	if now.Sub(prev) > 2*s.o.Tick {
 		// This process was not looking (descheduled, or its own
@@ -294,7 +289,7 @@ func (s *silence) look(now time.Time, b fabric.Beat, probe func() (fabric.Runsta
 		// read — never earlier, or a read that was itself late (its
 		// goroutine descheduled after the tick) would make a silence
 		// out of the delay — unless the read is older than the last look.
-		s.count, s.known, s.moved, s.asleep = b.Count, true, b.At, time.Time{}
+		s.count, s.known, s.moved = b.Count, true, b.At
 		if b.At.Before(prev) {
 			s.moved = now
 		}
@@ -319,30 +314,18 @@ func (s *silence) look(now time.Time, b fabric.Beat, probe func() (fabric.Runsta
 
 // judge weighs a silence of at least Timeout: it convicts a process its
 // node's kernel says is stopped, frozen or gone; never one that waits to
-// run — a busy machine or a throttled cgroup starves a live heartbeat
-// for as long as it likes, and that is slowness, not failure. A thread
-// the kernel says sleeps is convicted once a read started after that
-// still shows the same count: it slept through the silence, beats due
-// every period and all — its cgroup is frozen. Where the kernel cannot
-// be asked (another node), a process convicts when its memory no longer
-// answers reads, or when it answers but does not beat for Unconfirmed.
-func (s *silence) judge(now time.Time, b fabric.Beat, probe func() (fabric.Runstate, time.Time)) verdict {
-	if !s.asleep.IsZero() && b.Sent.After(s.asleep) {
-		s.why = "its thread slept through it (frozen)"
-		return convicted
-	}
-	rs, at := probe()
-	switch rs {
+// run or sleeps — a busy machine or a throttled cgroup starves a live
+// heartbeat for as long as it likes, a virtual machine's held CPU keeps
+// a sleeping one asleep past its timer, and that is slowness, not
+// failure. Where the kernel cannot be asked (another node), a process
+// convicts when its memory no longer answers reads, or when it answers
+// but does not beat for Unconfirmed.
+func (s *silence) judge(now time.Time, b fabric.Beat, probe func() fabric.Runstate) verdict {
+	switch rs := probe(); rs {
 	case fabric.RunStopped, fabric.RunFrozen, fabric.RunGone:
 		s.why = "its node's kernel says it is " + rs.String()
 		return convicted
-	case fabric.RunAsleep:
-		if s.asleep.IsZero() {
-			s.asleep = at
-		}
-		return stalled
-	case fabric.RunWaiting:
-		s.asleep = time.Time{}
+	case fabric.RunAsleep, fabric.RunWaiting:
 		return stalled
 	}
 	// Jitter guard: without the kernel's word, a silence counts only

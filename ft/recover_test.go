@@ -47,8 +47,6 @@ const (
 	msgsEnv    = AgreeEnv
 )
 
-
-
 func victimsOf() []int {
 	var v []int
 	for _, f := range strings.Split(os.Getenv(victimsEnv), ",") {

@@ -149,7 +149,12 @@ func progThrottled(ctx context.Context, ep *fabric.Endpoint) error {
 	<-watched
 	d.Stop()
 	if f := ep.Failed(); len(f) != 0 || x == 0 {
-		failf("known failed under the quota: %v", f)
+		var why []string // what made each known failed, for the log
+		for _, r := range f {
+			_, err := ep.Heartbeat(r)
+			why = append(why, fmt.Sprintf("%d: %v", r, err))
+		}
+		failf("known failed under the quota: %v; causes %q", f, why)
 	}
 	if w.Rank()%2 == 0 {
 		fmt.Printf("longest stall %v\n", longest.Round(time.Millisecond))

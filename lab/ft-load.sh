@@ -72,6 +72,9 @@ while ((SECONDS < end)); do
 done
 echo "soak: $jobs jobs of osu_allreduce with every detector running, $minutes min, $fails failed (each a false positive: nothing was killed)"
 for fault in kill stop; do
-	inq "$out/rivet" bench -np "$np" ft_detect -rounds "$rounds" -fault "$fault" -sources heartbeat 2>/dev/null | tail -1 |
-		awk -v f="$fault" '{printf "%s, heartbeat only: median %s ms, min %s, max %s\n", f, $2, $3, $4}'
+	if inq "$out/rivet" bench -np "$np" ft_detect -rounds "$rounds" -fault "$fault" -sources heartbeat >"$out/detect.log" 2>"$out/detect.err"; then
+		tail -1 "$out/detect.log" | awk -v f="$fault" '{printf "%s, heartbeat only: median %s ms, min %s, max %s\n", f, $2, $3, $4}'
+	else
+		echo "$fault, heartbeat only: failed: $(grep -v '^rivetrun' "$out/detect.err" | tail -1)"
+	fi
 done

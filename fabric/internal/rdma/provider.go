@@ -114,8 +114,6 @@ type link struct {
 	probing                   bool      // a probe is in flight
 	beat                      uint64    // the peer's heartbeat count, as last read
 	beatAt                    time.Time // when that read's completion was taken; zero before
-	beatSent                  time.Time // when that read was posted
-	beatPosted                time.Time // when the read in flight was posted
 	beatBusy                  bool      // a read is in flight
 	dead                      bool      // its queue pair failed
 }
@@ -450,30 +448,28 @@ func (v *Provider) FenceWord() *uint64 {
 }
 
 // Beat returns world rank w's heartbeat count as last read, with the
-// times that read was posted and its completion taken (zero before one
-// completed: the count stood there at some moment between the two), and
-// starts the next read unless one is in flight — the peer's kernel
-// answers it, whatever its process is doing. A read that fails fails the
-// peer, as any completion does.
-func (v *Provider) Beat(w int) (count uint64, sent, at time.Time) {
+// time that read's completion was taken (zero before one completed: the
+// count stood there at or before it), and starts the next read unless
+// one is in flight — the peer's kernel answers it, whatever its process
+// is doing. A read that fails fails the peer, as any completion does.
+func (v *Provider) Beat(w int) (count uint64, at time.Time) {
 	if !v.isPeer[w] {
-		return 0, time.Time{}, time.Time{}
+		return 0, time.Time{}
 	}
 	p := v.peers[w]
 	if p == nil || !p.ready {
 		v.Connect(w)
-		return 0, time.Time{}, time.Time{}
+		return 0, time.Time{}
 	}
 	if !p.beatBusy && !p.dead {
 		v.sge[0] = verbs.SGE{MR: v.beats, Offset: uint64(w * 8), Length: 8}
 		v.wr[0] = verbs.SendWR{ID: wrBeat | uint64(w), Op: verbs.OpRDMARead, Flags: verbs.Signaled, Local: v.sge[:],
 			Remote: p.ctl.At(ctlOff(len(v.peers), ctlBeat))}
-		p.beatPosted = time.Now()
 		if p.qp.PostSend(v.wr[:]...) == nil {
 			p.beatBusy = true
 		}
 	}
-	return p.beat, p.beatSent, p.beatAt
+	return p.beat, p.beatAt
 }
 
 // Fence carries out a verdict on world rank w: it sets w's fence word
@@ -806,7 +802,6 @@ func (v *Provider) complete(wc *verbs.WorkCompletion) {
 	case wrBeat:
 		p := v.peers[i]
 		p.beat, p.beatAt, p.beatBusy = binary.NativeEndian.Uint64(v.beats.Bytes()[i*8:]), time.Now(), false
-		p.beatSent = p.beatPosted
 	case wrFence:
 		v.peers[i].qp.SetError()
 	}
