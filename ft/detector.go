@@ -270,8 +270,8 @@ func (s *silence) restart(now time.Time) {
 // time).
 //
 // Once the silence reaches Timeout, look asks probe what the observed
-// process's node says of its heartbeat thread (and when it said so), and
-// convicts only on evidence (see judge).
+// process's node says of its heartbeat thread, and convicts only on
+// evidence (see judge).
 func (s *silence) look(now time.Time, b fabric.Beat, probe func() fabric.Runstate) (v verdict, left time.Duration) {
 	prev := s.prev
 	if now.Sub(prev) > 2*s.o.Tick {
