@@ -171,7 +171,9 @@ func run(t *testing.T, env []string, argv ...string) string {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if st := launch.Run(ctx, launch.Options{N: 2, Env: env, Stdout: &out, Stderr: &errb}, argv); st != 0 {
+	// Unpinned, as these tests of the output's format always ran (the
+	// launcher's default pins 2 ranks on 2 CPUs; cmd/rivet tests that).
+	if st := launch.Run(ctx, launch.Options{N: 2, Bind: launch.BindNone, Env: env, Stdout: &out, Stderr: &errb}, argv); st != 0 {
 		t.Fatalf("%v: status %d\n%s\n%s", argv, st, out.String(), errb.String())
 	}
 	return out.String()
@@ -312,7 +314,7 @@ func runN(t *testing.T, n int, env []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	argv := []string{os.Args[0], "-test.run=^$"}
-	if st := launch.Run(ctx, launch.Options{N: n, Env: env, Stdout: &out, Stderr: &errb}, argv); st != 0 {
+	if st := launch.Run(ctx, launch.Options{N: n, Bind: launch.BindNone, Env: env, Stdout: &out, Stderr: &errb}, argv); st != 0 {
 		t.Fatalf("%v: status %d\n%s\n%s", env, st, out.String(), errb.String())
 	}
 	for _, l := range strings.Split(out.String(), "\n") {
