@@ -5,7 +5,9 @@ package fabric
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -82,12 +84,12 @@ func (ep *Endpoint) HeartbeatRunstate(w int) Runstate {
 }
 
 // threadRunstate reads /proc/PID/task/TID/stat's state letter (and, for
-// D, its wait channel).
+// D and S, whether the process's cgroup is frozen).
 func threadRunstate(pid, tid int) Runstate {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/"
 	b, err := os.ReadFile(dir + "stat")
 	if err != nil {
-		if os.IsNotExist(err) || err == unix.ESRCH {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 			return RunGone
 		}
 		return RunUnknown
