@@ -42,6 +42,9 @@ type Endpoint struct {
 	world *Comm
 	self  *Comm
 	node  []int // world ranks on this node
+	// nodeOf is the node of every world rank; launchNode the launcher's
+	// node of every world rank, nil if the launcher does not say.
+	nodeOf, launchNode []int
 	local []int // world ranks sharing memory through shm (empty without shm)
 
 	createMu   sync.Mutex // communicator creation, one at a time
@@ -160,6 +163,8 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		return err
 	}
 	var pids []int
+	nodes := map[string]int{}
+	ep.nodeOf = make([]int, ep.size)
 	for r := 0; r < ep.size; r++ {
 		v, err := b.Get(ctx, r, "node")
 		if err != nil {
@@ -170,6 +175,12 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		if i < 0 {
 			return fmt.Errorf("fabric: rank %d published a bad node key %q", r, s)
 		}
+		n, ok := nodes[s[:i]]
+		if !ok {
+			n = len(nodes)
+			nodes[s[:i]] = n
+		}
+		ep.nodeOf[r] = n
 		if s[:i] == mine {
 			pid, err := strconv.Atoi(s[i+1:])
 			if err != nil {
@@ -178,6 +189,9 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			ep.node = append(ep.node, r)
 			pids = append(pids, pid)
 		}
+	}
+	if err := ep.learnLaunchNodes(ctx); err != nil {
+		return err
 	}
 	// Who is reached how: shared memory within the node unless verbs is
 	// forced, verbs for everyone else.

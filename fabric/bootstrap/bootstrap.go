@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -43,6 +44,16 @@ type Bootstrap interface {
 	Close() error
 }
 
+// Placer is the optional method of a Bootstrap whose launcher says which
+// of its nodes runs each rank.
+type Placer interface {
+	// Nodes returns the launcher's node index of every rank, from 0 — under
+	// Slurm, the rank's node in the step. It is valid after the first
+	// Fence, and returns an error wrapping ErrNotFound if the launcher does
+	// not say, and another error if what it says is malformed.
+	Nodes(ctx context.Context) ([]int, error)
+}
+
 // JobNamer is the optional method of a Bootstrap that knows the
 // launcher's name for the job (PMI's KVS name).
 type JobNamer interface {
@@ -60,6 +71,10 @@ func Detect(ctx context.Context) (Bootstrap, error) {
 	c, err := pmi.FromEnv(ctx)
 	switch {
 	case err == nil:
+		if err := checkSlurmPMI(c); err != nil {
+			c.Finalize(ctx)
+			return nil, err
+		}
 		return &pmiBootstrap{c: c}, nil
 	case !errors.Is(err, pmi.ErrNoLauncher):
 		return nil, fmt.Errorf("bootstrap: bootstrap over PMI: %w", err)
@@ -87,7 +102,12 @@ func torchrunBootstrap(ctx context.Context) (Bootstrap, error) {
 	if secret == "" {
 		return nil, fmt.Errorf("%w: set it to the same random value in every process of the job", ErrNoSecret)
 	}
-	return joinStore(ctx, host+":"+port, rank, size, secret)
+	addr := net.JoinHostPort(host, port)
+	b, err := joinStore(ctx, addr, addr, rank, size, secret)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // pmiBootstrap namespaces keys by rank and carries values as PMI blobs.
@@ -120,6 +140,28 @@ func (b *pmiBootstrap) Get(ctx context.Context, rank int, key string) ([]byte, e
 		return nil, fmt.Errorf("bootstrap: rank %d put nothing under %q: %w", rank, key, ErrNotFound)
 	}
 	return v, err
+}
+
+// Nodes reads the launcher's PMI_process_mapping. Under srun it also
+// checks that the mapping puts this process on its own node.
+func (b *pmiBootstrap) Nodes(ctx context.Context) ([]int, error) {
+	v, err := b.c.JobAttr(ctx, pmi.MappingKey)
+	switch {
+	case errors.Is(err, pmi.ErrNotFound) && slurmServesPMI(b.c.JobID()):
+		return nil, fmt.Errorf("bootstrap: srun's PMI server gives no %s", pmi.MappingKey)
+	case errors.Is(err, pmi.ErrNotFound):
+		return nil, fmt.Errorf("bootstrap: the launcher gives no %s: %w", pmi.MappingKey, ErrNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	nodes, err := pmi.ParseMapping(v, b.Size())
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: from the launcher: %w", err)
+	}
+	if id, ok := slurmNodeID(); ok && slurmServesPMI(b.c.JobID()) && nodes[b.Rank()] != id {
+		return nil, fmt.Errorf("bootstrap: srun's %s %q puts rank %d on node %d, but it runs on node %d (SLURM_NODEID)", pmi.MappingKey, v, b.Rank(), nodes[b.Rank()], id)
+	}
+	return nodes, nil
 }
 
 func (b *pmiBootstrap) Close() error { return b.c.Finalize(context.Background()) }

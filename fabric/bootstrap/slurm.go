@@ -6,19 +6,26 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/rivet-hpc/rivet/internal/pmi"
 )
 
 // A Slurm step started without PMI (srun --mpi=none) still says who is
-// who: SLURM_PROCID and SLURM_NTASKS. The ranks meet at a store that rank
-// 0 hosts on the first node of SLURM_STEP_NODELIST, at a port derived
+// who: SLURM_PROCID, the step's size and each task's node. The ranks meet
+// at a store that rank 0 hosts on the step's first node, at a port derived
 // from the job and step ids (or RIVET_RENDEZVOUS_PORT), admitting only
-// holders of RIVET_JOB_SECRET.
+// holders of RIVET_JOB_SECRET. The other ranks reach that node by the
+// address Slurm itself uses for it, never by resolving its name unless
+// Slurm has no other: a Slurm node name need not be a host name.
 
 func haveSlurm() bool {
-	return os.Getenv("SLURM_PROCID") != "" && os.Getenv("SLURM_NTASKS") != "" && slurmNodelist() != ""
+	return os.Getenv("SLURM_PROCID") != "" && slurmNtasks() != "" && slurmNodelist() != ""
 }
 
 func slurmNodelist() string {
@@ -30,11 +37,69 @@ func slurmNodelist() string {
 	return ""
 }
 
-func slurmBootstrap(ctx context.Context) (Bootstrap, error) {
+// slurmNtasks is the step's size: srun sets SLURM_STEP_NUM_TASKS, and
+// SLURM_NTASKS to the same number.
+func slurmNtasks() string {
+	if v := os.Getenv("SLURM_STEP_NUM_TASKS"); v != "" {
+		return v
+	}
+	return os.Getenv("SLURM_NTASKS")
+}
+
+// slurmStep reads this task's rank and the step's size from the
+// environment, and checks that its variables agree with each other.
+func slurmStep() (rank, size int, err error) {
 	rank, err1 := strconv.Atoi(os.Getenv("SLURM_PROCID"))
-	size, err2 := strconv.Atoi(os.Getenv("SLURM_NTASKS"))
+	size, err2 := strconv.Atoi(slurmNtasks())
 	if err1 != nil || err2 != nil || size < 1 || rank < 0 || rank >= size {
-		return nil, fmt.Errorf("bootstrap: SLURM_PROCID=%q SLURM_NTASKS=%q do not name a rank in a job", os.Getenv("SLURM_PROCID"), os.Getenv("SLURM_NTASKS"))
+		return 0, 0, fmt.Errorf("bootstrap: SLURM_PROCID=%q SLURM_STEP_NUM_TASKS=%q do not name a rank in a step", os.Getenv("SLURM_PROCID"), slurmNtasks())
+	}
+	if n := os.Getenv("SLURM_NTASKS"); n != "" && n != strconv.Itoa(size) {
+		return 0, 0, fmt.Errorf("bootstrap: the Slurm step has %d tasks (SLURM_STEP_NUM_TASKS) but SLURM_NTASKS=%s: the environment was changed after srun set it", size, n)
+	}
+	return rank, size, nil
+}
+
+// slurmNodeID is the index of this task's node in its step.
+func slurmNodeID() (int, bool) {
+	n, err := strconv.Atoi(os.Getenv("SLURM_NODEID"))
+	return n, err == nil && n >= 0
+}
+
+// slurmServesPMI tells whether jobid, a PMI server's name for the job, is
+// srun's: Slurm's PMI plugin names the job "jobid.stepid".
+func slurmServesPMI(jobid string) bool {
+	j, s := os.Getenv("SLURM_JOB_ID"), os.Getenv("SLURM_STEP_ID")
+	return j != "" && s != "" && jobid == j+"."+s
+}
+
+// checkSlurmPMI checks, when srun's PMI plugin serves this process, that
+// it agrees with the step's environment on rank and size.
+func checkSlurmPMI(c *pmi.Client) error {
+	if !slurmServesPMI(c.JobID()) {
+		return nil
+	}
+	rank, size, err := slurmStep()
+	if err != nil {
+		return err
+	}
+	if rank != c.Rank() || size != c.Size() {
+		return fmt.Errorf("bootstrap: srun's PMI server says rank %d of %d, but the step's environment says rank %d of %d (SLURM_PROCID, SLURM_STEP_NUM_TASKS)", c.Rank(), c.Size(), rank, size)
+	}
+	return nil
+}
+
+func slurmBootstrap(ctx context.Context) (Bootstrap, error) {
+	rank, size, err := slurmStep()
+	if err != nil {
+		return nil, err
+	}
+	node, ok := slurmNodeID()
+	if !ok {
+		return nil, fmt.Errorf("bootstrap: SLURM_NODEID=%q is not a node of the step", os.Getenv("SLURM_NODEID"))
+	}
+	if rank == 0 && node != 0 {
+		return nil, fmt.Errorf("bootstrap: rank 0 runs on node %d of the Slurm step, not its first, where the other ranks look for it: use srun --mpi=pmi2, or a distribution that starts at the first node", node)
 	}
 	hosts, err := ParseHostlist(slurmNodelist())
 	if err != nil {
@@ -48,12 +113,100 @@ func slurmBootstrap(ctx context.Context) (Bootstrap, error) {
 	if secret == "" {
 		return nil, fmt.Errorf("%w: under Slurm without PMI, export one random value to the step (or use srun --mpi=pmi2)", ErrNoSecret)
 	}
-	b, err := joinStore(ctx, hosts[0]+":"+strconv.Itoa(port), rank, size, secret)
+	host, err := slurmNodeAddr(ctx, hosts[0])
 	if err != nil {
 		return nil, err
 	}
-	b.(*storeBootstrap).launcher = "slurm"
-	return b, nil
+	p := strconv.Itoa(port)
+	b, err := joinStore(ctx, ":"+p, net.JoinHostPort(host, p), rank, size, secret)
+	if err != nil {
+		return nil, err
+	}
+	b.launcher = "slurm"
+	if err := b.Put(ctx, slurmNodeKey, []byte(strconv.Itoa(node))); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return slurmStore{b}, nil
+}
+
+// slurmNodeKey is where each task of a step without PMI says its node.
+const slurmNodeKey = "slurm-node"
+
+// slurmStore is the store of a Slurm step without PMI, where every rank
+// has put its SLURM_NODEID.
+type slurmStore struct{ *storeBootstrap }
+
+// Nodes is each rank's SLURM_NODEID.
+func (b slurmStore) Nodes(ctx context.Context) ([]int, error) {
+	nodes := make([]int, b.Size())
+	for r := range nodes {
+		v, err := b.Get(ctx, r, slurmNodeKey)
+		if err != nil {
+			return nil, err
+		}
+		if nodes[r], err = strconv.Atoi(string(v)); err != nil || nodes[r] < 0 {
+			return nil, fmt.Errorf("bootstrap: rank %d says it runs on Slurm node %q", r, v)
+		}
+	}
+	return nodes, nil
+}
+
+// slurmNodeAddr is the address at which this task reaches Slurm node
+// name: RIVET_RENDEZVOUS_ADDR if set; loopback on that node itself; the
+// node's address in SLURM_NODE_ALIASES (Slurm's cloud nodes); the
+// NodeAddr that slurmctld holds for it (scontrol); and only failing all
+// of those the name itself, for the system's resolver.
+func slurmNodeAddr(ctx context.Context, name string) (string, error) {
+	if v := os.Getenv("RIVET_RENDEZVOUS_ADDR"); v != "" {
+		return v, nil
+	}
+	if os.Getenv("SLURMD_NODENAME") == name {
+		return "127.0.0.1", nil
+	}
+	if a, ok := aliasAddr(os.Getenv("SLURM_NODE_ALIASES"), name); ok {
+		return a, nil
+	}
+	if a, err := scontrolNodeAddr(ctx, name); err == nil {
+		return a, nil
+	} else if ctx.Err() != nil {
+		return "", fmt.Errorf("bootstrap: asking Slurm for the address of node %s: %w", name, ctx.Err())
+	}
+	return name, nil
+}
+
+// aliasAddr finds name in SLURM_NODE_ALIASES, "name:addr:host,…", where
+// an IPv6 addr is bracketed.
+func aliasAddr(aliases, name string) (string, bool) {
+	for _, a := range strings.Split(aliases, ",") {
+		n, rest, ok := strings.Cut(a, ":")
+		if !ok || n != name {
+			continue
+		}
+		if v6, ok := strings.CutPrefix(rest, "["); ok {
+			addr, _, ok := strings.Cut(v6, "]")
+			return addr, ok && addr != ""
+		}
+		addr, _, _ := strings.Cut(rest, ":")
+		return addr, addr != ""
+	}
+	return "", false
+}
+
+// scontrolNodeAddr asks slurmctld for node name's NodeAddr.
+func scontrolNodeAddr(ctx context.Context, name string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "scontrol", "-o", "show", "node", name).Output()
+	if err != nil {
+		return "", err
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if a, ok := strings.CutPrefix(f, "NodeAddr="); ok && a != "" {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("bootstrap: scontrol gives no NodeAddr for %s", name)
 }
 
 // slurmPort is RIVET_RENDEZVOUS_PORT, or a port in 30000–59999 that

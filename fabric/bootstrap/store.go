@@ -28,12 +28,13 @@ import (
 
 const storeHello = "rivet-store/1"
 
-// joinStore joins (and on rank 0, first starts) the job's store.
-func joinStore(ctx context.Context, addr string, rank, size int, secret string) (Bootstrap, error) {
+// joinStore joins the job's store at addr; rank 0 first starts it,
+// listening at listen.
+func joinStore(ctx context.Context, listen, addr string, rank, size int, secret string) (*storeBootstrap, error) {
 	var srv *storeServer
 	if rank == 0 {
 		var err error
-		if srv, err = startStore(addr, size, secret); err != nil {
+		if srv, err = startStore(listen, size, secret); err != nil {
 			return nil, err
 		}
 	}
@@ -58,8 +59,7 @@ func joinStore(ctx context.Context, addr string, rank, size int, secret string) 
 		}
 		return nil, fmt.Errorf("bootstrap: joining the store: %w", err)
 	}
-	b := &storeBootstrap{pmiBootstrap: pmiBootstrap{c: c}, srv: srv, launcher: "torchrun"}
-	return b, nil
+	return &storeBootstrap{pmiBootstrap: pmiBootstrap{c: c}, srv: srv, launcher: "torchrun"}, nil
 }
 
 type storeBootstrap struct {
@@ -153,7 +153,9 @@ func startStore(addr string, size int, secret string) (*storeServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: rank 0 cannot host the store at %s: %w", addr, err)
 	}
-	s := &storeServer{l: l, pmi: pmi.NewServer(size, "rivet-store-"+nonce()[:8]), secret: secret, size: size, joined: map[int]bool{}}
+	srv := pmi.NewServer(size, "rivet-store-"+nonce()[:8])
+	srv.Mapping = "" // where the ranks run is theirs to say (see slurmBootstrap)
+	s := &storeServer{l: l, pmi: srv, secret: secret, size: size, joined: map[int]bool{}}
 	go s.accept()
 	return s, nil
 }

@@ -23,7 +23,8 @@ type Server struct {
 	Size  int
 	JobID string
 	// Mapping is the value of PMI_process_mapping, e.g. "(vector,(0,1,4))"
-	// for 4 ranks on one node.
+	// for 4 ranks on one node; empty if the server does not know where its
+	// ranks run.
 	Mapping string
 	// V1Only makes the server answer as a PMI-1-only launcher does.
 	V1Only bool
@@ -159,6 +160,10 @@ func (s *Server) handle(ctx context.Context, rank int, v2 bool, m msg) (msg, boo
 		s.mu.Lock()
 		v, found := s.kvs[key]
 		s.mu.Unlock()
+		if key == MappingKey && s.Mapping != "" && m.cmd == "get" {
+			// PMI-1 has no job attributes; launchers serve this one as a key.
+			v, found = s.Mapping, true
+		}
 		resp := "kvs-get-response"
 		if m.cmd == "get" {
 			resp = "get_result"
@@ -173,7 +178,7 @@ func (s *Server) handle(ctx context.Context, rank int, v2 bool, m msg) (msg, boo
 		return ok(resp, kv{"found", "TRUE"}, kv{"value", v}), false, nil
 	case "info-getjobattr":
 		key, _ := m.get("key")
-		if key == "PMI_process_mapping" {
+		if key == MappingKey && s.Mapping != "" {
 			return ok("info-getjobattr-response", kv{"found", "TRUE"}, kv{"value", s.Mapping}), false, nil
 		}
 		return ok("info-getjobattr-response", kv{"found", "FALSE"}), false, nil
