@@ -45,7 +45,7 @@ type Endpoint struct {
 	// nodeOf is the node of every world rank; launchNode the launcher's
 	// node of every world rank, nil if the launcher does not say.
 	nodeOf, launchNode []int
-	local []int // world ranks sharing memory through shm (empty without shm)
+	local              []int // world ranks sharing memory through shm (empty without shm)
 
 	createMu   sync.Mutex // communicator creation, one at a time
 	lastGen    uint64     // the latest communicator generation made here; under createMu
