@@ -105,7 +105,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(k, "PMI_"), strings.HasPrefix(k, "SLURM_"), k == "RANK", k == "WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT", k == "RIVET_JOB_SECRET":
+		case strings.HasPrefix(k, "PMI_"), strings.HasPrefix(k, "SLURM_"), k == "RANK", k == "WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT", k == "RIVET_JOB_SECRET", k == "SLURMD_NODENAME", strings.HasPrefix(k, "RIVET_RENDEZVOUS_"):
 			continue
 		}
 		env = append(env, kv)
@@ -198,13 +198,20 @@ func TestTorchrunStyle(t *testing.T) {
 }
 
 // TestSlurmWithoutPMI starts four processes as srun --mpi=none would;
-// they meet at rank 0's store on the first node of the nodelist.
+// they meet at rank 0's store on the first node of the nodelist, whose
+// name is no host's: the ranks on it reach it over loopback, the others
+// at the address RIVET_RENDEZVOUS_ADDR gives. (examples/slurm runs a real
+// Slurm.)
 func TestSlurmWithoutPMI(t *testing.T) {
 	port := freePort(t)
 	out := runRanks(t, []int{0, 1, 2, 3}, 0, func(r int) []string {
-		return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_JOB_ID=4242",
-			"SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=localhost,nid[001-003]", "RIVET_RENDEZVOUS_PORT=" + port,
-			"RIVET_JOB_SECRET=slurm-secret"}
+		env := []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=4", "SLURM_STEP_NUM_TASKS=4", "SLURM_JOB_ID=4242",
+			"SLURM_STEP_ID=0", "SLURM_STEP_NODELIST=nid[001-002]", "RIVET_RENDEZVOUS_PORT=" + port,
+			"RIVET_JOB_SECRET=slurm-secret", "SLURM_NODEID=" + strconv.Itoa(r/2), "SLURMD_NODENAME=nid00" + strconv.Itoa(1+r/2)}
+		if r >= 2 {
+			env = append(env, "RIVET_RENDEZVOUS_ADDR=127.0.0.1")
+		}
+		return env
 	})
 	checkRanks(t, out, 4, "slurm")
 }
