@@ -13,9 +13,11 @@ cd "$(dirname "$0")/.."
 # (libibverbs providers, ibverbs-utils, perftest) to compare against, and
 # MPICH for its Hydra launcher, which the PMI bootstrap is tested under, and
 # Open MPI, whose build of the OSU loops (bench/osu/testdata) bench/osu's output is
-# checked against; gcc and libc6-dev build the lab's QEMU plugin (lab/qemu).
+# checked against; gcc and libc6-dev build the lab's QEMU plugin (lab/qemu);
+# Slurm 22.05 and munge run a real Slurm for examples/slurm (internal/slurmtest).
 packages=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod xz-utils iproute2
-	rdma-core ibverbs-providers ibverbs-utils perftest mpich openmpi-bin libopenmpi-dev gcc libc6-dev)
+	rdma-core ibverbs-providers ibverbs-utils perftest mpich openmpi-bin libopenmpi-dev gcc libc6-dev
+	munge slurmctld slurmd slurm-client)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
@@ -75,7 +77,7 @@ echo "== fuzzing the wire decoders, ${RIVET_FUZZTIME:-300000x} each"
 # duration Go 1.26's fuzz coordinator may report its own deadline as a
 # failure, with no crasher (golang/go#75804, fixed in Go 1.27) — it did
 # once in CI, for FuzzStoreServer.
-for target in "FuzzV1 ./internal/pmi" "FuzzV2 ./internal/pmi" "FuzzParseHostlist ./fabric/bootstrap" \
+for target in "FuzzV1 ./internal/pmi" "FuzzV2 ./internal/pmi" "FuzzParseMapping ./internal/pmi" "FuzzParseHostlist ./fabric/bootstrap" \
 	"FuzzRemoteMem ./fabric" "FuzzNotice ./fabric" "FuzzParseGID ./hw" \
 	"FuzzGetVerbs ./fabric/internal/wire" "FuzzReadHello ./fabric/internal/wire" \
 	"FuzzStoreServer ./fabric/bootstrap" "FuzzStoreClient ./fabric/bootstrap"; do

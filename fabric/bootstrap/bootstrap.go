@@ -129,7 +129,15 @@ func (b *pmiBootstrap) Put(ctx context.Context, key string, value []byte) error 
 	return b.c.PutBlob(ctx, rankKey(b.Rank(), key), value)
 }
 
-func (b *pmiBootstrap) Fence(ctx context.Context) error { return b.c.Fence(ctx) }
+func (b *pmiBootstrap) Fence(ctx context.Context) error {
+	err := b.c.Fence(ctx)
+	if err != nil && ctx.Err() != nil {
+		// A rank that died before the fence never arrives, and neither
+		// srun's nor Hydra's PMI server says so: only the context ends it.
+		return fmt.Errorf("bootstrap: not every rank reached the fence (one that died or never started does not arrive): %w", err)
+	}
+	return err
+}
 
 func (b *pmiBootstrap) Get(ctx context.Context, rank int, key string) ([]byte, error) {
 	if err := checkRankKey(rank, b.Size(), key); err != nil {

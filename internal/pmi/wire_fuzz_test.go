@@ -59,3 +59,25 @@ func FuzzV1(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseMapping: any PMI_process_mapping a launcher sends is read into
+// a node for every rank, or refused; never a panic, never a short answer.
+func FuzzParseMapping(f *testing.F) {
+	for _, s := range []string{"(vector,(0,2,2))", "(vector,(0,1,2),(1,1,1))", "(vector,(0,16777216,16777216))", "(vector,(0,1", "(vector)"} {
+		f.Add(s, uint16(5))
+	}
+	f.Fuzz(func(t *testing.T, s string, size uint16) {
+		nodes, err := ParseMapping(s, int(size))
+		if err != nil {
+			return
+		}
+		if len(nodes) != int(size) {
+			t.Fatalf("%q for %d ranks: %d nodes", s, size, len(nodes))
+		}
+		for _, n := range nodes {
+			if n < 0 || n > 2*maxMappingValue {
+				t.Fatalf("%q: node %d", s, n)
+			}
+		}
+	})
+}

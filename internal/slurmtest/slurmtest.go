@@ -406,4 +406,3 @@ func waitFile(path string, limit time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
