@@ -49,9 +49,10 @@ var rank = map[string]int{
 	"examples/internal/inject": 11,
 	"examples/*":               12,
 	// Test helpers: no package's own code may import them.
-	"internal/testutil": testsOnly,
-	"internal/jobtest":  testsOnly,
-	"internal/layers":   testsOnly,
+	"internal/testutil":  testsOnly,
+	"internal/jobtest":   testsOnly,
+	"internal/slurmtest": testsOnly + 1, // gates on testutil
+	"internal/layers":    testsOnly,
 }
 
 const testsOnly = 1 << 20
