@@ -40,7 +40,12 @@ Topologies:
   none  loopback only
   rxe   veth va/vb, 192.0.2.1 on va, soft-RoCE device rxe0 on va
   rxe2  rxe plus 192.0.2.2 on vb and rxe1 on vb
-The command gets RXEVM_TOPOLOGY and RIVET_RXE_DEVICES (e.g. "rxe0,rxe1").
+  cluster:N  N VMs (2 to 4), each its own kernel: node1… with 192.0.2.i
+        and rxe0 on eth0, joined by a switch in rxevm; the command runs
+        on node1, -node-cmd on the others
+The command gets RXEVM_TOPOLOGY and RIVET_RXE_DEVICES (e.g. "rxe0,rxe1");
+in a cluster also RXEVM_NODE, RXEVM_NODES, RXEVM_NODE_ADDRS, and on node1
+RXEVM_CONTROL, the port that takes faults (docs/rxevm.md).
 
 Exit status: the command's own; 128+N if signal N killed it; 124 on
 timeout; 125 if the runner failed (bad flags, no kernel or qemu, topology
@@ -68,15 +73,16 @@ func run(argv []string) int {
 		}
 		return def
 	}
-	topology := fs.String("topology", env("RXEVM_TOPOLOGY", "none"), "network `topology`: none, rxe, rxe2 ($RXEVM_TOPOLOGY)")
+	topology := fs.String("topology", env("RXEVM_TOPOLOGY", "none"), "network `topology`: none, rxe, rxe2, cluster:N ($RXEVM_TOPOLOGY)")
 	kernel := fs.String("kernel", env("RXEVM_KERNEL", ""), "kernel `version or vmlinuz path`; default the newest in /boot with modules ($RXEVM_KERNEL)")
 	qemu := fs.String("qemu", env("RXEVM_QEMU", "qemu-system-x86_64"), "qemu `binary` ($RXEVM_QEMU)")
 	cache := fs.String("cache", vm.DefaultCacheDir(), "`directory` for cached initramfs images and probe results ($RXEVM_CACHE)")
 	timeout := fs.Duration("timeout", durationEnv("RXEVM_TIMEOUT", 10*time.Minute), "kill the VM after this `duration`; 0 means never ($RXEVM_TIMEOUT)")
 	startTimeout := fs.Duration("start-timeout", durationEnv("RXEVM_START_TIMEOUT", vm.DefaultStartTimeout), "boot again, once, a guest that has not started the command after this `duration`; negative means never ($RXEVM_START_TIMEOUT)")
 	accel := fs.String("accel", env("RXEVM_ACCEL", "auto"), "`accelerator`: auto (probe KVM once, else TCG), kvm, tcg ($RXEVM_ACCEL)")
-	mem := fs.String("m", env("RXEVM_MEM", "2G"), "guest `memory` ($RXEVM_MEM)")
-	cpus := fs.Int("smp", 2, "guest `vCPUs`")
+	mem := fs.String("m", env("RXEVM_MEM", ""), "guest `memory`: default 2G, 1G per cluster node ($RXEVM_MEM)")
+	cpus := fs.Int("smp", 0, "guest `vCPUs`: default 2, 1 per cluster node")
+	nodeCmd := fs.String("node-cmd", "", "in a cluster, the shell `command` nodes 2… run while node 1 runs the command")
 	quiet := fs.Bool("q", false, "do not print the topology banner on stderr")
 	verbose := fs.Bool("v", false, "print kernel, accelerator and timings on stderr")
 	if err := fs.Parse(argv); err != nil {
@@ -94,13 +100,21 @@ func run(argv []string) int {
 		fmt.Fprintln(os.Stderr, "rxevm:", err)
 		return exitRunner
 	}
+	var nodeArgs []string
+	if *nodeCmd != "" {
+		if topo.Nodes() == 1 {
+			fmt.Fprintln(os.Stderr, "rxevm: -node-cmd needs a cluster topology")
+			return exitRunner
+		}
+		nodeArgs = []string{"sh", "-c", *nodeCmd}
+	}
 	wd, _ := os.Getwd()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	res, err := vm.Run(ctx, vm.Config{
 		Args: fs.Args(), Env: os.Environ(), Dir: wd, Topology: topo,
 		Kernel: *kernel, QEMU: *qemu, CacheDir: *cache, Timeout: *timeout, StartTimeout: *startTimeout,
-		Accel: vm.Accel(*accel), Memory: *mem, CPUs: *cpus, Quiet: *quiet,
+		Accel: vm.Accel(*accel), Memory: *mem, CPUs: *cpus, Quiet: *quiet, NodeArgs: nodeArgs,
 		Stdout: os.Stdout, Stderr: os.Stderr,
 	})
 	if *verbose {

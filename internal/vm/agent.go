@@ -65,14 +65,18 @@ func agentRun() status {
 		st.Setup = err.Error()
 		return st
 	}
-	unix.Sethostname([]byte("rxevm"))
+	hostname := "rxevm"
+	if sp.Node > 0 {
+		hostname = NodeName(sp.Node)
+	}
+	unix.Sethostname([]byte(hostname))
 	os.Clearenv()
 	for _, kv := range sp.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			os.Setenv(k, v)
 		}
 	}
-	desc, env, err := setupTopology(sp.Topology)
+	desc, env, err := setupTopology(sp.Topology, sp.Node)
 	if err != nil {
 		st.Setup = fmt.Sprintf("topology %s: %v", sp.Topology, err)
 		fmt.Fprintf(errOut, "rxevm: %s\n", st.Setup)
@@ -82,6 +86,9 @@ func agentRun() status {
 		fmt.Fprintf(errOut, "rxevm: topology %s: %s\n", sp.Topology, desc)
 	}
 
+	if sp.Node > 1 {
+		runNode(sp, env, out, errOut) // never returns: the runner stops this node
+	}
 	path, err := exec.LookPath(sp.Args[0])
 	if err != nil {
 		fmt.Fprintf(errOut, "rxevm: %v\n", err)
@@ -169,4 +176,26 @@ func guestMounts() error {
 		}
 	}
 	return nil
+}
+
+// runNode is the life of a cluster node other than node 1: it runs its
+// command, if any, and then waits to be stopped with the VM.
+func runNode(sp spec, env []string, out, errOut *os.File) {
+	os.WriteFile(filepath.Join(shareDir, startedFile), nil, 0o644)
+	if len(sp.Args) > 0 {
+		cmd := exec.Command(sp.Args[0], sp.Args[1:]...)
+		cmd.Env = append(sp.Env, env...)
+		cmd.Dir = sp.Dir
+		cmd.Stdout, cmd.Stderr = out, errOut
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(errOut, "rxevm: %s: %v\n", NodeName(sp.Node), err)
+		}
+	}
+	for {
+		// PID 1: reap whatever the command left behind.
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(-1, &ws, 0, nil); err != nil {
+			select {}
+		}
+	}
 }

@@ -76,7 +76,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cfg.StartTimeout = DefaultStartTimeout
 	}
 	for attempt := 1; ; attempt++ {
-		err = boot(ctx, runCtx, cfg, qemu, k, initrd, accel, &res)
+		if cfg.Topology.Nodes() > 1 {
+			err = bootCluster(ctx, runCtx, cfg, qemu, k, initrd, accel, &res)
+		} else {
+			err = boot(ctx, runCtx, cfg, qemu, k, initrd, accel, &res)
+		}
 		res.Total = time.Since(start)
 		if errors.Is(err, ErrNoStart) && attempt == 1 {
 			fmt.Fprintf(cfg.Stderr, "rxevm: %v\nrxevm: booting again\n", err)

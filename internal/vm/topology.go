@@ -34,13 +34,16 @@ const topologyReady = 20 * time.Second
 
 // setupTopology builds t in the guest. It returns a one-line description and
 // the variables that tell the command what was built.
-func setupTopology(t Topology) (string, []string, error) {
+func setupTopology(t Topology, node int) (string, []string, error) {
 	lo, err := netlink.LinkByName("lo")
 	if err == nil {
 		err = netlink.LinkSetUp(lo)
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("bringing up lo: %w", err)
+	}
+	if n, ok := clusterNodes(t); ok {
+		return setupClusterNode(t, node, n)
 	}
 	links := topologyLinks[t]
 	env := []string{"RXEVM_TOPOLOGY=" + string(t)}

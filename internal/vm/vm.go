@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,8 +56,35 @@ const (
 	TopologyRXE2 Topology = "rxe2"
 )
 
-// Topologies lists every valid topology.
+// Topologies lists every valid single-VM topology; TopologyCluster(n)
+// names the clusters.
 var Topologies = []Topology{TopologyNone, TopologyRXE, TopologyRXE2}
+
+// MaxClusterNodes bounds a cluster: every node is a whole VM.
+const MaxClusterNodes = 4
+
+// TopologyCluster is "cluster:n": n VMs (nodes), each its own kernel with
+// one vCPU, joined by a switch the runner owns. Node i (from 1) is named
+// node<i>, has 192.0.2.<i> on its virtio NIC eth0 and soft-RoCE device
+// rxe0 on it. The command runs on node 1; Config.NodeArgs on the others.
+func TopologyCluster(n int) Topology { return Topology("cluster:" + strconv.Itoa(n)) }
+
+// Nodes is the number of VMs the topology boots.
+func (t Topology) Nodes() int {
+	if n, ok := clusterNodes(t); ok {
+		return n
+	}
+	return 1
+}
+
+func clusterNodes(t Topology) (int, bool) {
+	v, ok := strings.CutPrefix(string(t), "cluster:")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	return n, err == nil && n >= 2 && n <= MaxClusterNodes
+}
 
 // ParseTopology validates a topology name.
 func ParseTopology(s string) (Topology, error) {
@@ -65,11 +93,14 @@ func ParseTopology(s string) (Topology, error) {
 			return t, nil
 		}
 	}
+	if _, ok := clusterNodes(Topology(s)); ok {
+		return Topology(s), nil
+	}
 	names := make([]string, len(Topologies))
 	for i, t := range Topologies {
 		names[i] = string(t)
 	}
-	return "", fmt.Errorf("unknown topology %q (want one of: %s)", s, strings.Join(names, ", "))
+	return "", fmt.Errorf("unknown topology %q (want one of: %s, cluster:N with N from 2 to %d)", s, strings.Join(names, ", "), MaxClusterNodes)
 }
 
 // Accel selects how qemu executes the guest.
@@ -101,6 +132,10 @@ type Config struct {
 	Memory       string // guest memory, qemu syntax; "" means 2G
 	CPUs         int    // guest vCPUs; 0 means 2
 	Quiet        bool   // suppress the topology banner on stderr
+	// NodeArgs is what the other nodes of a cluster run (with the same
+	// environment and directory) while node 1 runs Args; nil runs
+	// nothing. They are killed when node 1's command ends.
+	NodeArgs []string
 
 	Stdout io.Writer // the command's standard output
 	Stderr io.Writer // the command's standard error, and the runner's notes
@@ -137,6 +172,7 @@ type spec struct {
 	Dir      string
 	Topology Topology
 	Quiet    bool
+	Node     int // 1-based, in a cluster; 0 otherwise
 }
 
 // status is what the agent hands back (status.json in the share).
