@@ -85,11 +85,21 @@ func run(argv []string) int {
 	nodeCmd := fs.String("node-cmd", "", "in a cluster, the shell `command` nodes 2… run while node 1 runs the command")
 	quiet := fs.Bool("q", false, "do not print the topology banner on stderr")
 	verbose := fs.Bool("v", false, "print kernel, accelerator and timings on stderr")
+	fault := fs.String("fault", "", "inside node1 of a cluster, ask the runner for a fault `command` and exit: kill N, stop N, cont N, link N up|down, partition 1,2 3, heal")
 	if err := fs.Parse(argv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return exitRunner
+	}
+	if *fault != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := vm.Control(ctx, *fault); err != nil {
+			fmt.Fprintln(os.Stderr, "rxevm:", err)
+			return 1
+		}
+		return 0
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "rxevm: no command given (see rxevm -help)")

@@ -315,3 +315,54 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestCluster boots two nodes, each its own kernel: RDMA crosses the
+// switch between them (rivet perf, server on node2), and node1 asks the
+// runner for every kind of fault through its control port.
+func TestCluster(t *testing.T) {
+	testutil.RequireVM(t)
+	rivet := filepath.Join(filepath.Dir(rxevm), "rivet")
+	build := exec.Command("go", "build", "-o", rivet, "../rivet")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building rivet: %v\n%s", err, out)
+	}
+	perf := rivet + " perf write_lat -d rxe0 -n 50"
+	script := `R=` + rxevm + `
+echo "$(hostname) $RXEVM_NODE/$RXEVM_NODES $RXEVM_NODE_ADDRS"
+$R -fault 'kill 1'; echo "kill 1: $?"
+$R -fault 'partition 1 2'; echo "partition: $?"
+timeout 8 ` + perf + ` 192.0.2.2 >/dev/null 2>&1; echo "across the partition: $?"
+$R -fault heal; echo "heal: $?"
+timeout 120 ` + perf + ` 192.0.2.2 | grep -c '^ 2 '; echo "healed: $?"
+$R -fault 'link 2 down' && $R -fault 'link 2 up'; echo "link: $?"
+$R -fault 'kill 2'; echo "kill 2: $?"
+$R -fault 'stop 2'; echo "stop a dead node: $?"
+`
+	r := runVM(t, "", "-topology", "cluster:2", "-node-cmd", "echo $(hostname) $RXEVM_NODE; exec "+perf, "bash", "-c", script)
+	want := `node1 1/2 192.0.2.1,192.0.2.2
+kill 1: 1
+partition: 0
+across the partition: 124
+heal: 0
+1
+healed: 0
+link: 0
+kill 2: 0
+stop a dead node: 1
+`
+	if r.status != 0 || r.stdout != want {
+		t.Errorf("status %d, stdout:\n%s\nwant:\n%s\nstderr:\n%s", r.status, r.stdout, want, r.stderr)
+	}
+	for _, s := range []string{
+		"rxevm: topology cluster:2: node1: rxe0 on eth0 (192.0.2.1, GID index 1 ::ffff:192.0.2.1)\n",
+		"[node2] rxevm: topology cluster:2: node2: rxe0 on eth0 (192.0.2.2, GID index 1 ::ffff:192.0.2.2)\n",
+		"[node2] node2 2\n",
+		`control "kill 1": no node "1" to fault`,
+		`control "stop 2": node2 is not running`,
+	} {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("no %q in stderr:\n%s", s, r.stderr)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -192,10 +193,12 @@ func runNode(sp spec, env []string, out, errOut *os.File) {
 		}
 	}
 	for {
-		// PID 1: reap whatever the command left behind.
+		// PID 1 reaps the orphans of whatever the command started. With
+		// none left, it sleeps (a bare select{} would be the runtime's
+		// deadlock, and PID 1's exit a kernel panic).
 		var ws unix.WaitStatus
 		if _, err := unix.Wait4(-1, &ws, 0, nil); err != nil {
-			select {}
+			time.Sleep(time.Second)
 		}
 	}
 }
