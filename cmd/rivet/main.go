@@ -29,6 +29,8 @@ Commands:
   bench [-np N] [test] [OSU options]
                            OSU Micro-Benchmarks (osu_latency osu_bw osu_bibw)
                            over the fabric; launches N=2 ranks if run alone
+  fault <loss|show|clear> -dev NETDEV [-peer ADDR] [-percent P]
+                           drop RoCE packets on a netdev with eBPF (root)
 
 Run "rivet <command> -h" for a command's flags.
 `
@@ -82,6 +84,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = perfCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(ctx, args[1:], stdout, stderr)
+	case "fault":
+		err = faultCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

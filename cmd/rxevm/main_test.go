@@ -317,8 +317,10 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestCluster boots two nodes, each its own kernel: RDMA crosses the
-// switch between them (rivet perf, server on node2), and node1 asks the
-// runner for every kind of fault through its control port.
+// switch between them (rivet perf, a server on node2 for each client),
+// the eBPF loss injector drops RoCE packets on node1's NIC and RC
+// retransmission recovers them, and node1 asks the runner for every kind
+// of fault through its control port.
 func TestCluster(t *testing.T) {
 	testutil.RequireVM(t)
 	rivet := filepath.Join(filepath.Dir(rxevm), "rivet")
@@ -327,19 +329,23 @@ func TestCluster(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building rivet: %v\n%s", err, out)
 	}
-	perf := rivet + " perf write_lat -d rxe0 -n 50"
-	script := `R=` + rxevm + `
+	perf := rivet + " perf write_lat -d rxe0 -n 400"
+	script := `R=` + rxevm + `; F="` + rivet + ` fault"
 echo "$(hostname) $RXEVM_NODE/$RXEVM_NODES $RXEVM_NODE_ADDRS"
 $R -fault 'kill 1'; echo "kill 1: $?"
 $R -fault 'partition 1 2'; echo "partition: $?"
 timeout 8 ` + perf + ` 192.0.2.2 >/dev/null 2>&1; echo "across the partition: $?"
 $R -fault heal; echo "heal: $?"
 timeout 120 ` + perf + ` 192.0.2.2 | grep -c '^ 2 '; echo "healed: $?"
+$F loss -dev eth0 -peer 192.0.2.2 -percent 5; echo "loss: $?"
+timeout 120 ` + perf + ` 192.0.2.2 | grep -c '^ 2 '; echo "through 5% loss: $?"
+$F show -dev eth0 | awk '/seen/ {print ($5 > 0 && $7 > 0) ? "dropped some" : $0} /192.0.2.2/ {print $1, $2}'
+$F clear -dev eth0; echo "clear: $?"
 $R -fault 'link 2 down' && $R -fault 'link 2 up'; echo "link: $?"
 $R -fault 'kill 2'; echo "kill 2: $?"
 $R -fault 'stop 2'; echo "stop a dead node: $?"
 `
-	r := runVM(t, "", "-topology", "cluster:2", "-node-cmd", "echo $(hostname) $RXEVM_NODE; exec "+perf, "bash", "-c", script)
+	r := runVM(t, "", "-topology", "cluster:2", "-node-cmd", "echo $(hostname) $RXEVM_NODE; while :; do "+perf+" >/dev/null; done", "bash", "-c", script)
 	want := `node1 1/2 192.0.2.1,192.0.2.2
 kill 1: 1
 partition: 0
@@ -347,6 +353,12 @@ across the partition: 124
 heal: 0
 1
 healed: 0
+loss: 0
+1
+through 5% loss: 0
+dropped some
+192.0.2.2 5%
+clear: 0
 link: 0
 kill 2: 0
 stop a dead node: 1

@@ -24,6 +24,7 @@ var rank = map[string]int{
 	"internal/uverbs":    2,
 	"internal/rxe":       2,
 	"hw":                 3,
+	"hw/netfault":        4,
 	"verbs":              4,
 	"internal/pmi":       4,
 	"internal/sysmon":    4,
