@@ -145,6 +145,8 @@ type storeServer struct {
 	size    int
 	mu      sync.Mutex
 	joined  map[int]bool
+	conns   map[net.Conn]bool // open, so that close can end them
+	closed  bool
 	serving sync.WaitGroup
 }
 
@@ -155,7 +157,7 @@ func startStore(addr string, size int, secret string) (*storeServer, error) {
 	}
 	srv := pmi.NewServer(size, "rivet-store-"+nonce()[:8])
 	srv.Mapping = "" // where the ranks run is theirs to say (see slurmBootstrap)
-	s := &storeServer{l: l, pmi: srv, secret: secret, size: size, joined: map[int]bool{}}
+	s := &storeServer{l: l, pmi: srv, secret: secret, size: size, joined: map[int]bool{}, conns: map[net.Conn]bool{}}
 	go s.accept()
 	return s, nil
 }
@@ -166,10 +168,23 @@ func (s *storeServer) accept() {
 		if err != nil {
 			return
 		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			conn.Close()
+			return
+		}
+		s.conns[conn] = true
 		s.serving.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.serving.Done()
-			defer conn.Close()
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, conn)
+				s.mu.Unlock()
+				conn.Close()
+			}()
 			rank, err := s.handshake(conn)
 			if err != nil {
 				return
@@ -221,4 +236,15 @@ func (s *storeServer) wait(limit time.Duration) {
 	}
 }
 
-func (s *storeServer) close() { s.l.Close() }
+// close stops the store: the listener, and every connection still open
+// — a rank whose node died never closes its own.
+func (s *storeServer) close() {
+	s.l.Close()
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.serving.Wait()
+}
