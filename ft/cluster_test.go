@@ -29,10 +29,12 @@ import (
 func init() { progs.Add("nodedeath", progNodeDeath) }
 
 // clusterTimeout is the detector's timeout across the cluster's nodes:
-// each is a TCG VM with one vCPU on a shared 2-core machine, whose vCPU
+// each is a TCG VM with one vCPU on a shared 2-core machine, whose vCPU —
+// and with it the node's soft-RoCE, which answers the heartbeat reads —
 // the host may hold for longer than the default 200 ms (see
-// matrixOptions).
-const clusterTimeout = time.Second
+// matrixOptions), and a live node that answers no read for half the
+// timeout is convicted.
+const clusterTimeout = 2 * time.Second
 
 // progNodeDeath: world rank 0 (node1) has the runner kill the last rank's
 // node (its qemu, SIGKILL) once every rank is ready; each survivor times

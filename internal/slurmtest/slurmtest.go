@@ -36,16 +36,64 @@ type Options struct {
 	CPUs int
 	// MpiDefault is slurm.conf's MpiDefault ("none" if empty).
 	MpiDefault string
+	// Cluster runs Slurm across the nodes of the rxevm cluster this test
+	// runs in, on node 1 (RXEVM_NODES): the controller and node1's slurmd
+	// here, each other node's slurmd started by NodeMain there, with the
+	// configuration and munge key in the cluster's shared directory. Nodes
+	// and CPUs are then the cluster's.
+	Cluster bool
 }
+
+// NodeEnv, set in a cluster node's command, makes a test binary whose
+// TestMain calls NodeMain that node's part of a Slurm cluster.
+const NodeEnv = "RIVET_SLURMTEST_NODE"
+
+// In a cluster every node keeps its own files here, and reads the
+// shared ones from sharedDir under RXEVM_SHARED.
+const (
+	nodeDir   = "/tmp/slurmtest"
+	sharedDir = "slurm"
+)
 
 // Cluster is a running Slurm.
 type Cluster struct {
 	Dir   string   // everything Slurm writes is under it
 	Conf  string   // slurm.conf
 	Nodes []string // node names: n1, n2, …
-	ports []int
-	procs []*daemon
-	t     testing.TB
+	ports   []int
+	procs   []*daemon
+	t       testing.TB
+	cluster bool
+}
+
+// The ports of a cluster's slurmctld and slurmd: each node is its own
+// kernel, so Slurm's own defaults serve.
+const (
+	clusterCtldPort   = 6817
+	clusterSlurmdPort = 6818
+)
+
+// localDirs makes the directories a node's daemons write in.
+func localDirs(dir string) error {
+	// munged wants its socket's directories searchable by all.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range []string{"munge", "state", "spool", "log", "run"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil && !os.IsExist(err) {
+			return err
+		}
+	}
+	// Each slurmd's spool (SlurmdSpoolDir=…/spool/%n), for the nodes this
+	// may run.
+	for i := 1; i <= 8; i++ {
+		for _, n := range []string{"n", "node"} {
+			if err := os.MkdirAll(filepath.Join(dir, "spool", n+strconv.Itoa(i)), 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 type daemon struct {
@@ -72,35 +120,68 @@ func Start(t testing.TB, o Options) *Cluster {
 	if o.MpiDefault == "" {
 		o.MpiDefault = "none"
 	}
-	dir, err := os.MkdirTemp("", "slurmtest-")
+	var dir, conf string
+	var err error
+	if o.Cluster {
+		o.Nodes, _ = strconv.Atoi(os.Getenv("RXEVM_NODES"))
+		if os.Getenv("RXEVM_NODE") != "1" || o.Nodes < 2 || os.Getenv("RXEVM_SHARED") == "" {
+			t.Fatal("slurmtest: Options.Cluster runs on node 1 of an rxevm cluster")
+		}
+		dir, conf = nodeDir, filepath.Join(os.Getenv("RXEVM_SHARED"), sharedDir, "slurm.conf")
+		err = os.MkdirAll(filepath.Dir(conf), 0o755)
+		if err == nil {
+			err = os.Mkdir(dir, 0o755)
+		}
+	} else {
+		dir, err = os.MkdirTemp("", "slurmtest-")
+		conf = filepath.Join(dir, "slurm.conf")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{Dir: dir, Conf: filepath.Join(dir, "slurm.conf"), t: t}
+	c := &Cluster{Dir: dir, Conf: conf, t: t, cluster: o.Cluster}
 	t.Cleanup(func() {
 		if err := c.Stop(); err != nil {
 			t.Error(err)
 		}
 	})
-	// munged wants its socket's directories searchable by all.
-	if err := os.Chmod(dir, 0o755); err != nil {
+	if err := localDirs(dir); err != nil {
 		t.Fatal(err)
-	}
-	for _, d := range []string{"munge", "state", "spool", "log", "run"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
 	}
 	key := make([]byte, 1024)
 	rand.Read(key)
 	if err := os.WriteFile(filepath.Join(dir, "munge", "key"), key, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if c.ports, err = freePorts(1 + o.Nodes); err != nil {
-		t.Fatal(err)
+	if o.Cluster {
+		c.ports = []int{clusterCtldPort, clusterSlurmdPort}
+		c.Nodes = []string{"node1"}
+		for i := 2; i <= o.Nodes; i++ {
+			c.Nodes = append(c.Nodes, "node"+strconv.Itoa(i))
+		}
+	} else {
+		if c.ports, err = freePorts(1 + o.Nodes); err != nil {
+			t.Fatal(err)
+		}
+		for i := range o.Nodes {
+			c.Nodes = append(c.Nodes, "n"+strconv.Itoa(i+1))
+		}
 	}
-	for i := range o.Nodes {
-		c.Nodes = append(c.Nodes, "n"+strconv.Itoa(i+1))
+	if o.Cluster {
+		// The key first: a node starts as soon as it sees the configuration.
+		if err := os.WriteFile(filepath.Join(filepath.Dir(conf), "munge.key"), key, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.Cluster {
+		if err := cgroupSlice(); err != nil {
+			t.Fatal(err)
+		}
+		// In the VMs cgroup v2 is mounted and there is no systemd: slurmd
+		// makes its own scope rather than ask dbus for one.
+		if err := os.WriteFile(filepath.Join(filepath.Dir(conf), "cgroup.conf"), []byte("CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.WriteFile(c.Conf, []byte(c.config(o)), 0o644); err != nil {
 		t.Fatal(err)
@@ -117,6 +198,9 @@ func Start(t testing.TB, o Options) *Cluster {
 		t.Fatal(err)
 	}
 	for _, n := range c.Nodes {
+		if c.cluster && n != "node1" {
+			continue // NodeMain starts it there
+		}
 		if err := c.start("slurmd "+n, "slurmd", "-D", "-N", n, "-f", c.Conf); err != nil {
 			t.Fatal(err)
 		}
@@ -130,9 +214,14 @@ func Start(t testing.TB, o Options) *Cluster {
 func (c *Cluster) config(o Options) string {
 	d := c.Dir
 	var b strings.Builder
+	ctld := "localhost(127.0.0.1)"
+	if c.cluster {
+		// A dead node is marked down 10 s after it stops answering.
+		ctld = "node1(192.0.2.1)\nSlurmdPort=" + strconv.Itoa(clusterSlurmdPort) + "\nSlurmdTimeout=10"
+	}
 	fmt.Fprintf(&b, `# written by internal/slurmtest
 ClusterName=rivet
-SlurmctldHost=localhost(127.0.0.1)
+SlurmctldHost=`+ctld+`
 SlurmctldPort=%d
 SlurmUser=root
 SlurmdUser=root
@@ -159,6 +248,10 @@ SlurmctldLogFile=%[2]s/log/slurmctld.log
 SlurmdLogFile=%[2]s/log/slurmd-%%n.log
 `, c.ports[0], d, o.MpiDefault)
 	for i, n := range c.Nodes {
+		if c.cluster {
+			fmt.Fprintf(&b, "NodeName=%s NodeHostname=%[1]s NodeAddr=192.0.2.%d CPUs=1\n", n, i+1)
+			continue
+		}
 		fmt.Fprintf(&b, "NodeName=%s NodeHostname=localhost NodeAddr=127.0.0.1 Port=%d CPUs=%d\n", n, c.ports[1+i], o.CPUs)
 	}
 	fmt.Fprintf(&b, "PartitionName=rivet Nodes=%s Default=YES State=UP OverSubscribe=FORCE:4\n", strings.Join(c.Nodes, ","))
@@ -405,4 +498,59 @@ func waitFile(path string, limit time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// NodeMain is the part of a cluster node other than node 1 (see
+// Options.Cluster): it waits for node 1's configuration and key in the
+// cluster's shared directory, starts munged and this node's slurmd with
+// them, and keeps them running until the VM stops. It never returns.
+func NodeMain() {
+	shared := filepath.Join(os.Getenv("RXEVM_SHARED"), sharedDir)
+	conf := filepath.Join(shared, "slurm.conf")
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "slurmtest: node", os.Getenv("RXEVM_NODE")+":", err)
+		os.Exit(1)
+	}
+	if err := waitFile(conf, 10*time.Minute); err != nil {
+		fail(err)
+	}
+	key, err := os.ReadFile(filepath.Join(shared, "munge.key"))
+	if err == nil {
+		err = os.MkdirAll(nodeDir, 0o755)
+	}
+	if err == nil {
+		err = localDirs(nodeDir)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(nodeDir, "munge", "key"), key, 0o600)
+	}
+	if err != nil {
+		fail(err)
+	}
+	if err := cgroupSlice(); err != nil {
+		fail(err)
+	}
+	c := &Cluster{Dir: nodeDir, Conf: conf}
+	m := filepath.Join(nodeDir, "munge")
+	if err := c.start("munged", "munged", "-F", "--socket="+m+"/socket", "--key-file="+m+"/key",
+		"--pid-file="+m+"/pid", "--log-file="+m+"/log", "--seed-file="+m+"/seed"); err != nil {
+		fail(err)
+	}
+	if err := waitFile(filepath.Join(m, "socket"), 30*time.Second); err != nil {
+		fail(err)
+	}
+	name := "node" + os.Getenv("RXEVM_NODE")
+	if err := c.start("slurmd "+name, "slurmd", "-D", "-N", name, "-f", conf); err != nil {
+		fail(err)
+	}
+	for _, d := range c.procs {
+		<-d.done
+		fail(fmt.Errorf("%s exited: %v\n%s", d.name, d.cmd.ProcessState, c.logs()))
+	}
+}
+
+// cgroupSlice makes the cgroup slurmd puts its own scope in, which
+// systemd makes on a real node.
+func cgroupSlice() error {
+	return os.MkdirAll("/sys/fs/cgroup/system.slice", 0o755)
 }

@@ -66,6 +66,13 @@ func agentRun() status {
 		st.Setup = err.Error()
 		return st
 	}
+	if sp.Node > 0 {
+		os.MkdirAll(ClusterShared, 0o755)
+		if err := unix.Mount(clusterTag, ClusterShared, "9p", 0, "trans=virtio,version=9p2000.L,msize=262144"); err != nil {
+			st.Setup = fmt.Sprintf("mounting the cluster's shared directory: %v", err)
+			return st
+		}
+	}
 	hostname := "rxevm"
 	if sp.Node > 0 {
 		hostname = NodeName(sp.Node)

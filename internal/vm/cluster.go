@@ -85,6 +85,10 @@ func bootCluster(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel,
 		return err
 	}
 	defer os.RemoveAll(runDir)
+	shared := filepath.Join(runDir, "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		return err
+	}
 	sw, err := newSwitch(runDir, nodes)
 	if err != nil {
 		return err
@@ -144,7 +148,8 @@ func bootCluster(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel,
 			"-serial", "chardev:out", "-serial", "chardev:err",
 			"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", sw.nodePath(i), sw.portPath(i)),
 			"-device", "virtio-net-pci,netdev=net0,mac="+nodeMAC(i).String(),
-			"-qmp", "unix:"+qmp+",server=on,wait=off")
+			"-qmp", "unix:"+qmp+",server=on,wait=off",
+			"-virtfs", "local,path="+shared+",mount_tag="+clusterTag+",security_model=none,multidevs=remap")
 		if i == 1 {
 			ctl, err := c.listenControl(filepath.Join(dir, "ctl.sock"))
 			if err != nil {

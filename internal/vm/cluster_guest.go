@@ -15,6 +15,14 @@ import (
 	"github.com/rivet-hpc/rivet/hw"
 )
 
+// ClusterShared is where every node of a cluster mounts one directory
+// of the runner's, writable and seen alike by all (RXEVM_SHARED): for
+// configuration the nodes share, such as a Slurm cluster's.
+const ClusterShared = "/run/rxevm-cluster"
+
+// clusterTag is the 9p tag of the cluster's shared directory.
+const clusterTag = "rxevmcluster"
+
 // NodeName is the host name of cluster node i (from 1).
 func NodeName(i int) string { return "node" + strconv.Itoa(i) }
 
@@ -71,7 +79,7 @@ func setupClusterNode(t Topology, node, nodes int) (string, []string, error) {
 	}
 	env := []string{"RXEVM_TOPOLOGY=" + string(t), "RIVET_RXE_DEVICES=rxe0",
 		"RXEVM_NODE=" + strconv.Itoa(node), "RXEVM_NODES=" + strconv.Itoa(nodes),
-		"RXEVM_NODE_ADDRS=" + strings.Join(addrs, ","), "RXEVM_CONTROL=" + controlTTY}
+		"RXEVM_NODE_ADDRS=" + strings.Join(addrs, ","), "RXEVM_SHARED=" + ClusterShared, "RXEVM_CONTROL=" + controlTTY}
 	if node != 1 {
 		env = env[:len(env)-1] // only node 1 talks to the runner
 	}
