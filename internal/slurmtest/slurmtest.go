@@ -44,8 +44,9 @@ type Options struct {
 	Cluster bool
 }
 
-// NodeEnv, set in a cluster node's command, makes a test binary whose
-// TestMain calls NodeMain that node's part of a Slurm cluster.
+// NodeEnv is the variable that, set in a cluster node's command, makes a
+// test binary whose TestMain calls NodeMain that node's part of a Slurm
+// cluster.
 const NodeEnv = "RIVET_SLURMTEST_NODE"
 
 // In a cluster every node keeps its own files here, and reads the
@@ -57,9 +58,9 @@ const (
 
 // Cluster is a running Slurm.
 type Cluster struct {
-	Dir   string   // everything Slurm writes is under it
-	Conf  string   // slurm.conf
-	Nodes []string // node names: n1, n2, …
+	Dir     string   // everything Slurm writes is under it
+	Conf    string   // slurm.conf
+	Nodes   []string // node names: n1, n2, …
 	ports   []int
 	procs   []*daemon
 	t       testing.TB
