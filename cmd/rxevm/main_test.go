@@ -297,7 +297,9 @@ func TestBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown-topology", []string{"-topology", "mesh", "true"}, `unknown topology "mesh" (want one of: none, rxe, rxe2)`},
+		{"unknown-topology", []string{"-topology", "mesh", "true"}, `unknown topology "mesh" (want one of: none, rxe, rxe2, cluster:N with N from 2 to 4)`},
+		{"cluster-too-large", []string{"-topology", "cluster:5", "true"}, `unknown topology "cluster:5"`},
+		{"node-cmd-alone", []string{"-node-cmd", "true", "true"}, "-node-cmd needs a cluster topology"},
 		{"missing-kernel", []string{"-kernel", "/nonexistent/vmlinuz-9.9.9", "true"}, "kernel /nonexistent/vmlinuz-9.9.9: no such file or directory"},
 		{"missing-qemu", []string{"-qemu", "/nonexistent/qemu-system-x86_64", "true"}, "qemu not found: /nonexistent/qemu-system-x86_64 (apt-get install qemu-system-x86)"},
 		{"unwritable-cache", []string{"-cache", filepath.Join(file, "cache"), "true"}, "cache directory " + filepath.Join(file, "cache") + ": not a directory"},
@@ -313,6 +315,11 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("status %d, stderr:\n%s\nwant 125 and one line containing %q", r.status, r.stderr, tc.want)
 			}
 		})
+	}
+	// A fault asked for outside a cluster's node1.
+	r := runVM(t, "", "-fault", "kill 2")
+	if r.status != 1 || !strings.Contains(r.stderr, "no cluster control here") {
+		t.Errorf("-fault on the host: status %d, %s", r.status, r.stderr)
 	}
 }
 
