@@ -115,10 +115,10 @@ func runCluster(t *testing.T, nodes int, prog string, env ...string) (string, st
 	return out.String(), errb.String()
 }
 
-// TestNodeDeath boots a cluster of three VMs and runs one rank on each;
+// TestHostNodeDeath boots a cluster of three VMs and runs one rank on each;
 // the third node dies. Every survivor learns it within the detector's
 // timeout and a margin for the emulated machine, and they recover.
-func TestNodeDeath(t *testing.T) {
+func TestHostNodeDeath(t *testing.T) {
 	out, errs := runCluster(t, 3, "nodedeath")
 	m := regexp.MustCompile(`node death: rank 0 knew after (\S+), the last survivor after (\S+)\n`).FindStringSubmatch(out)
 	if m == nil || !strings.Contains(out, "rank 0 ok\n") || !strings.Contains(errs, "[node2] rank 1 ok\n") {

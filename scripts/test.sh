@@ -97,9 +97,9 @@ mkdir -p bin
 CGO_ENABLED=0 go build -o bin/rxevm ./cmd/rxevm
 # The soft-RoCE packages are those whose tests ask for rxe devices
 # (testutil.RXEDevices). Each package's test binary boots its own VM (-p 1:
-# one VM at a time on 2 cores). Tests named TestHost* are about machines
-# without RDMA and run only above; any other skip inside the VM fails the
-# run.
+# one VM at a time on 2 cores). Tests named TestHost* run only above: they
+# are about machines without RDMA, or boot VMs of their own (clusters).
+# Any other skip inside the VM fails the run.
 #
 # Timeouts, innermost first: a test binary panics with a goroutine dump
 # after 12m; rxevm kills a VM still running after 12m40s, printing the
