@@ -58,6 +58,8 @@ type Injector struct {
 // attached: the programs on the device's egress and ingress, and their
 // maps pinned under PinRoot. It needs root (CAP_NET_ADMIN and
 // CAP_BPF/CAP_SYS_ADMIN). A fresh injection has no rule: nothing drops.
+// An injection whose filters were removed behind its back (the qdisc
+// deleted, the device made anew) is attached afresh, without its rules.
 func Open(dev string) (*Injector, error) {
 	link, err := netlink.LinkByName(dev)
 	if err != nil {
@@ -68,9 +70,18 @@ func Open(dev string) (*Injector, error) {
 	in.rules, err = ebpf.LoadPinnedMap(filepath.Join(dir, "rules"), nil)
 	if err == nil {
 		if in.counts, err = ebpf.LoadPinnedMap(filepath.Join(dir, "counts"), nil); err == nil {
-			return in, nil
+			if attached(link) {
+				return in, nil
+			}
+			// The pins outlived the filters (the qdisc was deleted, or the
+			// device made anew): start again.
+			in.Close()
+			os.RemoveAll(dir)
+			in = &Injector{dev: dev}
+			err = os.ErrNotExist
+		} else {
+			in.rules.Close()
 		}
-		in.rules.Close()
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("netfault: %s: the pinned maps: %w", dev, err)
@@ -235,6 +246,22 @@ func Remove(dev string) error {
 		err = rmErr
 	}
 	return err
+}
+
+// attached tells whether both of this package's filters are on the
+// device.
+func attached(link netlink.Link) bool {
+	n := 0
+	for _, parent := range []uint32{netlink.HANDLE_MIN_EGRESS, netlink.HANDLE_MIN_INGRESS} {
+		filters, _ := netlink.FilterList(link, parent)
+		for _, f := range filters {
+			if b, ok := f.(*netlink.BpfFilter); ok && b.Name == filterName {
+				n++
+				break
+			}
+		}
+	}
+	return n == 2
 }
 
 // detach deletes this package's filters from the device, and its clsact

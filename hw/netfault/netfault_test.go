@@ -174,6 +174,20 @@ func TestAttach(t *testing.T) {
 			t.Errorf("filters on %x: %v, %v", parent, f, err)
 		}
 	}
+	// The qdisc deleted behind its back: the next Open attaches afresh.
+	qdisc := &netlink.Clsact{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: link.Attrs().Index,
+		Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
+	if err := netlink.QdiscDel(qdisc); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := Open("nf0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules, err := fresh.Rules(); err != nil || len(rules) != 0 || !attached(link) {
+		t.Errorf("after the qdisc went: rules %v, %v, attached %v", rules, err, attached(link))
+	}
+	fresh.Close()
 	if err := Remove("nf0"); err != nil {
 		t.Fatal(err)
 	}
