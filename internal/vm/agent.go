@@ -144,16 +144,7 @@ func openStdio() (*os.File, *os.File, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("opening %s: %w", name, err)
 		}
-		t, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-		if err == nil {
-			t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-			t.Oflag &^= unix.OPOST
-			t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-			t.Cflag &^= unix.CSIZE | unix.PARENB
-			t.Cflag |= unix.CS8
-			err = unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, t)
-		}
-		if err != nil {
+		if err := makeRaw(f); err != nil {
 			return nil, nil, fmt.Errorf("making %s raw: %w", name, err)
 		}
 		fs[i] = f
