@@ -190,6 +190,9 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			pids = append(pids, pid)
 		}
 	}
+	if ep.opts.quorum && len(nodes) > 1 {
+		ep.e.nodeOf = ep.nodeOf
+	}
 	if err := ep.learnLaunchNodes(ctx); err != nil {
 		return err
 	}
@@ -472,6 +475,14 @@ func (ep *Endpoint) Close() error {
 	if ep.ftFile != nil {
 		<-ep.told // the verdicts given before Close reach the launcher
 		ep.ftFile.Close()
+	}
+	if f, ok := ep.boot.(bootstrap.Forgetter); ok {
+		ep.e.mu.Lock()
+		failed := slices.Clone(ep.e.order)
+		ep.e.mu.Unlock()
+		for _, w := range failed {
+			f.Forget(w)
+		}
 	}
 	return ep.boot.Close()
 }

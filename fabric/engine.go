@@ -77,6 +77,9 @@ type engine struct {
 	// launcher (rivetrun -ft), which kills them if they do not exit; nil
 	// without a launcher, closed at Close.
 	verdicts chan int
+	// nodeOf is the node of every world rank when quorum is on (a job
+	// across nodes, WithQuorum): see checkQuorum.
+	nodeOf []int
 }
 
 func newEngine(me, size int) *engine {
@@ -695,6 +698,7 @@ func (e *engine) declare(peer int) {
 		e.rangeRevoke(c, peer)
 	}
 	e.ftFailed(peer)
+	e.checkQuorum()
 }
 
 // upgrade reports whether a failure with cause overrides what is known

@@ -31,6 +31,7 @@ import (
 //	RIVET_FT_FD             rivetrun -ft's failure notices (set by rivetrun)
 //	RIVET_FT_HEARTBEAT      WithHeartbeat (a duration, or 0 for none)
 //	RIVET_FT_SOURCES        WithFailureSources ("heartbeat,pidfd", "all", "none")
+//	RIVET_FT_QUORUM=off     WithQuorum(false)
 type Option func(*options)
 
 type options struct {
@@ -44,6 +45,7 @@ type options struct {
 	ftFD     int           // the launcher's failure notices, 0 if none
 	beat     time.Duration // the heartbeat's period, 0 for none
 	sources  Source        // where failures are learned from
+	quorum   bool          // WithQuorum
 	// The verbs queue pairs' transport timeout (exponent) and retry count;
 	// 0 means the fabric's default (vTimeout, verbs.DefaultRetryCount).
 	qpTimeout uint8
@@ -144,6 +146,14 @@ func buildOptions(opts []Option) (options, error) {
 		verbose: os.Getenv("RIVET_VERBOSE") == "1",
 		beat:    DefaultHeartbeat,
 		sources: AllSources,
+		quorum:  true,
+	}
+	switch v := os.Getenv("RIVET_FT_QUORUM"); v {
+	case "", "on":
+	case "off":
+		o.quorum = false
+	default:
+		return o, fmt.Errorf("%w: RIVET_FT_QUORUM=%q (want on or off)", ErrInvalid, v)
 	}
 	if v := os.Getenv("RIVET_FT_SOURCES"); v != "" {
 		s, err := ParseSources(v)

@@ -54,6 +54,14 @@ type Placer interface {
 	Nodes(ctx context.Context) ([]int, error)
 }
 
+// Forgetter is the optional method of a Bootstrap that serves the other
+// ranks (torchrun-style, rank 0 hosts the store) and waits at Close until
+// they are done with it: Forget tells it that rank failed, so Close need
+// not wait for a rank whose node died and will never hang up.
+type Forgetter interface {
+	Forget(rank int)
+}
+
 // JobNamer is the optional method of a Bootstrap that knows the
 // launcher's name for the job (PMI's KVS name).
 type JobNamer interface {

@@ -70,6 +70,13 @@ type storeBootstrap struct {
 
 func (b *storeBootstrap) Launcher() string { return b.launcher }
 
+// Forget hangs up on a failed rank, on rank 0; elsewhere it does nothing.
+func (b *storeBootstrap) Forget(rank int) {
+	if b.srv != nil {
+		b.srv.forget(rank)
+	}
+}
+
 // Close finalizes; on rank 0 it then waits (a while) for the other ranks
 // to finish with the store before closing it.
 func (b *storeBootstrap) Close() error {
@@ -146,6 +153,7 @@ type storeServer struct {
 	mu      sync.Mutex
 	joined  map[int]bool
 	conns   map[net.Conn]bool // open, so that close can end them
+	ranks   map[int]net.Conn  // the open connection of each rank that joined
 	closed  bool
 	serving sync.WaitGroup
 }
@@ -157,7 +165,7 @@ func startStore(addr string, size int, secret string) (*storeServer, error) {
 	}
 	srv := pmi.NewServer(size, "rivet-store-"+nonce()[:8])
 	srv.Mapping = "" // where the ranks run is theirs to say (see slurmBootstrap)
-	s := &storeServer{l: l, pmi: srv, secret: secret, size: size, joined: map[int]bool{}, conns: map[net.Conn]bool{}}
+	s := &storeServer{l: l, pmi: srv, secret: secret, size: size, joined: map[int]bool{}, conns: map[net.Conn]bool{}, ranks: map[int]net.Conn{}}
 	go s.accept()
 	return s, nil
 }
@@ -182,6 +190,11 @@ func (s *storeServer) accept() {
 			defer func() {
 				s.mu.Lock()
 				delete(s.conns, conn)
+				for r, c := range s.ranks {
+					if c == conn {
+						delete(s.ranks, r)
+					}
+				}
 				s.mu.Unlock()
 				conn.Close()
 			}()
@@ -219,12 +232,25 @@ func (s *storeServer) handshake(conn net.Conn) (int, error) {
 	s.mu.Lock()
 	dup := s.joined[rank]
 	s.joined[rank] = true
+	if !dup {
+		s.ranks[rank] = conn // before the client hears it joined: Forget finds it
+	}
 	s.mu.Unlock()
 	if dup {
 		return deny("rank-already-joined")
 	}
 	_, err = fmt.Fprintf(conn, "ok %s\n", mac(s.secret, "server", f[1], rank))
 	return rank, err
+}
+
+// forget hangs up on rank: it failed, and its connection may never end
+// by itself (a dead node sends no FIN).
+func (s *storeServer) forget(rank int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.ranks[rank]; c != nil {
+		c.Close()
+	}
 }
 
 func (s *storeServer) wait(limit time.Duration) {

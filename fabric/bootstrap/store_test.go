@@ -79,3 +79,37 @@ func freePort(t *testing.T) string {
 	defer l.Close()
 	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
 }
+
+// TestStoreForget: a rank that joined and never hangs up (its node died)
+// holds rank 0's wait at Close until rank 0 forgets it.
+func TestStoreForget(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr := "127.0.0.1:" + freePort(t)
+	srv, err := startStore(addr, 2, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.close()
+	conn, err := dialStore(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := clientHandshake(ctx, conn, 1, "s"); err != nil {
+		t.Fatal(err)
+	}
+	b := &storeBootstrap{srv: srv}
+	t0 := time.Now()
+	srv.wait(200 * time.Millisecond)
+	if time.Since(t0) < 200*time.Millisecond {
+		t.Fatal("the wait ended while rank 1 was still connected")
+	}
+	b.Forget(0) // not joined: nothing to do
+	b.Forget(1)
+	t0 = time.Now()
+	srv.wait(10 * time.Second)
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("the wait after Forget took %v", d)
+	}
+}

@@ -80,7 +80,7 @@ func TestProgram(t *testing.T) {
 		f    []byte
 		want uint32
 	}{
-		{"to b", out, toB, actShot},
+		{"to b", out, toB, actStolen},
 		{"from b", back, fromB, actShot},
 		{"to c", out, toC, actOK},
 		{"b's address as the source, egress", out, fromB, actOK},
@@ -105,13 +105,13 @@ func TestProgram(t *testing.T) {
 	if err := in.SetLoss(b, 0.5); err != nil {
 		t.Fatal(err)
 	}
-	if got := run(out, toC); got != actShot {
+	if got := run(out, toC); got != actStolen {
 		t.Errorf("to c under the every-peer rule: %d", got)
 	}
 	drops := 0
 	const n = 20000
 	for range n {
-		if run(out, toB) == actShot {
+		if run(out, toB) == actStolen {
 			drops++
 		}
 	}

@@ -26,9 +26,26 @@ const (
 
 // tc's verdicts for a direct-action program.
 const (
-	actOK   = 0 // TC_ACT_OK: pass
-	actShot = 2 // TC_ACT_SHOT: drop
+	actOK     = 0 // TC_ACT_OK: pass
+	actShot   = 2 // TC_ACT_SHOT: drop, and tell the sender's stack so
+	actStolen = 4 // TC_ACT_STOLEN: drop, and tell the sender it was sent
 )
+
+// drop is the verdict that loses a packet the way a network does. On
+// egress that is TC_ACT_STOLEN: the sender hears NET_XMIT_SUCCESS, as it
+// would of a frame a switch later loses. TC_ACT_SHOT there would hand it
+// NET_XMIT_DROP, a local send failure, which no wire can cause — and
+// which soft-RoCE takes badly: on Linux 6.1 its responder answers a read
+// reply it could not send with an RNR NAK, and its requester, in the
+// middle of that read's responses, moves the queue pair to the error
+// state with no error completion (a WARN in rxe_comp.c) — a live peer
+// lost to the injector, not to the loss.
+func (d direction) drop() int32 {
+	if d == egress {
+		return actStolen
+	}
+	return actShot
+}
 
 // Offsets in an Ethernet frame carrying IPv4.
 const (
@@ -130,7 +147,7 @@ func (in *Injector) program(d direction) (*ebpf.Program, error) {
 		asm.JGE.Reg(asm.R0, asm.R8, "pass"))
 	insns = append(insns, count(countDropped, "dropped")...)
 	insns = append(insns,
-		asm.Mov.Imm(asm.R0, actShot),
+		asm.Mov.Imm(asm.R0, d.drop()),
 		asm.Return(),
 		asm.Mov.Imm(asm.R0, actOK).WithSymbol("pass"),
 		asm.Return())

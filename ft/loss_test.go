@@ -1,0 +1,140 @@
+//go:build linux
+
+package ft
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/rivet-hpc/rivet/collectives"
+	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/hw/netfault"
+	"github.com/rivet-hpc/rivet/internal/testutil"
+	"github.com/rivet-hpc/rivet/op"
+	"github.com/rivet-hpc/rivet/rma"
+)
+
+func init() { progs.Add("lossy", progLossy) }
+
+// lossEnv is the percentage of RoCE packets progLossy drops on node1's
+// NIC, to and from every other node.
+const lossEnv = "RIVET_FT_LOSS_PERCENT"
+
+// progLossy: with RoCE packets dropped between node1 and the others,
+// large messages, one-sided puts, gets and accumulates, and collectives
+// all arrive intact (RC retransmits what is lost), and the detector,
+// running throughout, convicts nobody.
+func progLossy(ctx context.Context, ep *fabric.Endpoint) error {
+	w := ep.World()
+	n, me := w.Size(), w.Rank()
+	before := testutil.RDMACounters()
+	defer func() {
+		after := testutil.RDMACounters()
+		var keys []string
+		for k := range after {
+			if after[k] != before[k] {
+				keys = append(keys, fmt.Sprintf("%s+%d", k, after[k]-before[k]))
+			}
+		}
+		sort.Strings(keys)
+		fmt.Fprintf(os.Stderr, "rank %d counters: %s\n", me, strings.Join(keys, " "))
+		for r := range n {
+			if err := ep.Failure(r); err != nil {
+				fmt.Fprintf(os.Stderr, "rank %d: rank %d failed: %v\n", me, r, err)
+			}
+		}
+	}()
+	d, err := Start(ctx, ep, Options{Timeout: clusterTimeout})
+	must(err, "start the detector")
+	defer d.Stop()
+	if me == 0 {
+		var p float64
+		fmt.Sscan(os.Getenv(lossEnv), &p)
+		in, err := netfault.Open("eth0")
+		must(err, "open the loss injector")
+		must(in.SetLoss(netip.Addr{}, p/100), "set the loss")
+		defer func() {
+			seen, dropped, _ := in.Counts()
+			fmt.Printf("RoCE packets seen %d, dropped %d\n", seen, dropped)
+			in.Close()
+			netfault.Remove("eth0")
+		}()
+	}
+	must(collectives.Barrier(ctx, w), "barrier")
+
+	// 1 MiB from every rank to the next, patterned by sender.
+	const size = 1 << 20
+	pattern := func(from int) []byte {
+		b := make([]byte, size)
+		for i := range b {
+			b[i] = byte(i*7 + from*13)
+		}
+		return b
+	}
+	got := make([]byte, size)
+	_, err = w.Sendrecv(ctx, pattern(me), (me+1)%n, 5, got, (me+n-1)%n, 5)
+	must(err, "sendrecv 1 MiB")
+	if !bytes.Equal(got, pattern((me+n-1)%n)) {
+		failf("the 1 MiB message from rank %d arrived changed", (me+n-1)%n)
+	}
+
+	// One-sided: every rank puts 64 KiB into the next rank's window, gets
+	// it back, and adds 1 to rank 0's counter 100 times.
+	win, err := rma.Allocate(ctx, w, 1<<16+8, 1, rma.Info{})
+	must(err, "allocate a window")
+	must(win.Fence(ctx, rma.NoPrecede), "fence")
+	chunk := pattern(me)[:1<<16]
+	must(rma.Put(ctx, win, chunk, (me+1)%n, 8), "put")
+	must(win.Fence(ctx, 0), "fence")
+	back := make([]byte, 1<<16)
+	must(rma.Get(ctx, win, back, (me+1)%n, 8), "get")
+	must(win.Fence(ctx, rma.NoSucceed), "fence")
+	if !bytes.Equal(back, chunk) {
+		failf("the 64 KiB put to rank %d came back changed", (me+1)%n)
+	}
+	must(win.LockAll(ctx, 0), "lock all")
+	for range 100 {
+		must(rma.Accumulate(ctx, win, []int64{1}, 0, 0, op.Sum[int64]()), "accumulate")
+	}
+	must(win.UnlockAll(ctx), "unlock all")
+	must(collectives.Barrier(ctx, w), "barrier")
+	if me == 0 {
+		v, err := rma.View[int64](win)
+		must(err, "view")
+		if v[0] != int64(100*n) {
+			failf("the accumulated counter is %d, want %d", v[0], 100*n)
+		}
+	}
+	must(win.Free(ctx), "free")
+
+	sum := make([]float64, 1)
+	must(collectives.Allreduce(ctx, w, []float64{float64(me + 1)}, sum, op.Sum[float64]()), "allreduce")
+	if sum[0] != float64(n*(n+1)/2) {
+		failf("allreduce: %v", sum[0])
+	}
+	if g := w.GetFailed(); g.Size() != 0 {
+		failf("%d processes convicted under loss", g.Size())
+	}
+	must(collectives.Barrier(ctx, w), "barrier")
+	return nil
+}
+
+// TestHostLoss: 5% of the RoCE packets between node1 and the others are
+// dropped; everything arrives intact and nobody is convicted.
+func TestHostLoss(t *testing.T) {
+	out, errs := runCluster(t, 3, "lossy", lossEnv+"=5")
+	m := regexp.MustCompile(`RoCE packets seen (\d+), dropped (\d+)\n`).FindStringSubmatch(out)
+	if m == nil || m[2] == "0" {
+		t.Errorf("no packet was dropped: %q", m)
+	}
+	if !strings.Contains(out, "rank 0 ok\n") || !strings.Contains(errs, "[node2] rank 1 ok\n") || !strings.Contains(errs, "[node3] rank 2 ok\n") {
+		t.Fatal("not every rank finished")
+	}
+}
