@@ -93,9 +93,24 @@ func (ep *Endpoint) Put(ctx context.Context, peer int, m RemoteMem, off uint64, 
 // Get starts reading len(dst) bytes of peer's memory m at offset off into
 // dst, which holds them once Flush(ctx, peer) returns.
 func (ep *Endpoint) Get(ctx context.Context, peer int, m RemoteMem, off uint64, dst []byte) error {
-	return ep.oneSided(ctx, peer, m, off, uint64(len(dst)), func(v *verbsProvider) (bool, error) {
-		return v.RDMA(peer, verbs.OpRDMARead, m.at(off, len(dst)), dst)
-	})
+	if err := ep.checkRemote(peer, m, off, uint64(len(dst))); err != nil {
+		return err
+	}
+	// A read per ReadChunk: see rdma.ReadChunk.
+	chunk := len(dst)
+	if v := ep.verbs; v != nil && v.ReadChunk() > 0 {
+		chunk = v.ReadChunk()
+	}
+	for lo := 0; lo == 0 || lo < len(dst); lo += chunk {
+		part := dst[lo:min(lo+chunk, len(dst))]
+		err := ep.oneSided(ctx, peer, m, off+uint64(lo), uint64(len(part)), func(v *verbsProvider) (bool, error) {
+			return v.RDMA(peer, verbs.OpRDMARead, m.at(off+uint64(lo), len(part)), part)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CompareAndSwap starts an atomic compare-and-swap of the 8-byte word at
@@ -125,14 +140,22 @@ func (ep *Endpoint) atomic(ctx context.Context, peer int, m RemoteMem, off uint6
 	})
 }
 
-// oneSided checks an operation of n bytes at off in m against m's bounds
-// and peer's route, and issues it, waiting for room if needed.
-func (ep *Endpoint) oneSided(ctx context.Context, peer int, m RemoteMem, off, n uint64, issue func(*verbsProvider) (bool, error)) error {
+// checkRemote checks an operation of n bytes at off in m of peer.
+func (ep *Endpoint) checkRemote(peer int, m RemoteMem, off, n uint64) error {
 	if peer < 0 || peer >= ep.size {
 		return fmt.Errorf("%w: world rank %d of %d", ErrRank, peer, ep.size)
 	}
 	if off > m.Len || n > m.Len-off {
 		return fmt.Errorf("%w: %d bytes at offset %d of %d-byte remote memory", ErrInvalid, n, off, m.Len)
+	}
+	return nil
+}
+
+// oneSided checks an operation of n bytes at off in m against m's bounds
+// and peer's route, and issues it, waiting for room if needed.
+func (ep *Endpoint) oneSided(ctx context.Context, peer int, m RemoteMem, off, n uint64, issue func(*verbsProvider) (bool, error)) error {
+	if err := ep.checkRemote(peer, m, off, n); err != nil {
+		return err
 	}
 	e := ep.e
 	return e.waitUntilErr(ctx, func() (bool, error) {

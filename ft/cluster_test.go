@@ -35,7 +35,7 @@ const clusterTimeout = 2 * time.Second
 // records its command's exit status in RXEVM_SHARED/exit.<node>.
 func runCluster(t *testing.T, nodes int, prog string, env ...string) (string, string) {
 	t.Helper()
-	testutil.RequireVM(t)
+	testutil.RequireCluster(t)
 	rxevm := filepath.Join(t.TempDir(), "rxevm")
 	build := exec.Command("go", "build", "-o", rxevm, "../cmd/rxevm")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

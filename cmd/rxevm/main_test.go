@@ -329,7 +329,7 @@ func TestBadInput(t *testing.T) {
 // retransmission recovers them, and node1 asks the runner for every kind
 // of fault through its control port.
 func TestCluster(t *testing.T) {
-	testutil.RequireVM(t)
+	testutil.RequireCluster(t)
 	rivet := filepath.Join(filepath.Dir(rxevm), "rivet")
 	build := exec.Command("go", "build", "-o", rivet, "../rivet")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -29,7 +29,7 @@ import (
 // of TestInCluster on node1: srun places ranks on separate kernels, they
 // talk over soft-RoCE, and a node that dies under a step is survived.
 func TestSlurmCluster(t *testing.T) {
-	testutil.RequireVM(t)
+	testutil.RequireCluster(t)
 	testutil.RequireRoot(t)
 	bin := build(t)
 	rxevm := filepath.Join(bin, "rxevm")
