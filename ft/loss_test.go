@@ -23,9 +23,10 @@ import (
 
 func init() { progs.Add("lossy", progLossy) }
 
-// lossEnv lists the percentages of RoCE packets progLossy drops on
-// node1's NIC, to and from every other node, one round of its work each.
-const lossEnv = "RIVET_FT_LOSS_PERCENT"
+// lossEnv lists progLossy's rounds as percent:bytes — the share of RoCE
+// packets dropped on node1's NIC, to and from every other node, and the
+// size of the round's messages (one-sided ones are a quarter of it).
+const lossEnv = "RIVET_FT_LOSS"
 
 // progLossy: with RoCE packets dropped between node1 and the others,
 // large messages, one-sided puts, gets and accumulates, and collectives
@@ -58,10 +59,11 @@ func progLossy(ctx context.Context, ep *fabric.Endpoint) error {
 			netfault.Remove("eth0")
 		}()
 	}
-	for _, pc := range strings.Fields(os.Getenv(lossEnv)) {
+	for _, round := range strings.Fields(os.Getenv(lossEnv)) {
 		var p float64
-		if _, err := fmt.Sscan(pc, &p); err != nil {
-			failf("%s=%q: %v", lossEnv, os.Getenv(lossEnv), err)
+		var size int
+		if _, err := fmt.Sscanf(round, "%g:%d", &p, &size); err != nil || size < 32 {
+			failf("%s=%q: want percent:bytes rounds, 32 bytes or more (%v)", lossEnv, os.Getenv(lossEnv), err)
 		}
 		var seen, dropped uint64
 		if me == 0 {
@@ -69,11 +71,11 @@ func progLossy(ctx context.Context, ep *fabric.Endpoint) error {
 			seen, dropped, err = in.Counts()
 			must(err, "count")
 		}
-		lossyRound(ctx, w)
+		lossyRound(ctx, w, size)
 		if me == 0 {
 			s, dr, err := in.Counts()
 			must(err, "count")
-			fmt.Printf("at %v%%: RoCE packets seen %d, dropped %d\n", p, s-seen, dr-dropped)
+			fmt.Printf("at %v%%, %d bytes: RoCE packets seen %d, dropped %d\n", p, size, s-seen, dr-dropped)
 		}
 	}
 	if g := w.GetFailed(); g.Size() != 0 {
@@ -82,14 +84,13 @@ func progLossy(ctx context.Context, ep *fabric.Endpoint) error {
 	return nil
 }
 
-// lossyRound is one round of progLossy's work.
-func lossyRound(ctx context.Context, w *fabric.Comm) {
+// lossyRound is one round of progLossy's work, with messages of size
+// bytes.
+func lossyRound(ctx context.Context, w *fabric.Comm, size int) {
 	n, me := w.Size(), w.Rank()
 	must(collectives.Barrier(ctx, w), "barrier")
 
-	// 256 KiB (a rendezvous) from every rank to the next, patterned by
-	// sender.
-	const size = 256 << 10
+	// size bytes from every rank to the next, patterned by sender.
 	pattern := func(from int) []byte {
 		b := make([]byte, size)
 		for i := range b {
@@ -99,24 +100,25 @@ func lossyRound(ctx context.Context, w *fabric.Comm) {
 	}
 	got := make([]byte, size)
 	_, err := w.Sendrecv(ctx, pattern(me), (me+1)%n, 5, got, (me+n-1)%n, 5)
-	must(err, "sendrecv 256 KiB")
+	must(err, "sendrecv")
 	if !bytes.Equal(got, pattern((me+n-1)%n)) {
-		failf("the 256 KiB message from rank %d arrived changed", (me+n-1)%n)
+		failf("the %d-byte message from rank %d arrived changed", size, (me+n-1)%n)
 	}
 
-	// One-sided: every rank puts 64 KiB into the next rank's window, gets
-	// it back, and adds 1 to rank 0's counter 100 times.
-	win, err := rma.Allocate(ctx, w, 1<<16+8, 1, rma.Info{})
+	// One-sided: every rank puts a quarter of that into the next rank's
+	// window, gets it back, and adds 1 to rank 0's counter 100 times.
+	q := size / 4
+	win, err := rma.Allocate(ctx, w, q+8, 1, rma.Info{})
 	must(err, "allocate a window")
 	must(win.Fence(ctx, rma.NoPrecede), "fence")
-	chunk := pattern(me)[:1<<16]
+	chunk := pattern(me)[:q]
 	must(rma.Put(ctx, win, chunk, (me+1)%n, 8), "put")
 	must(win.Fence(ctx, 0), "fence")
-	back := make([]byte, 1<<16)
+	back := make([]byte, q)
 	must(rma.Get(ctx, win, back, (me+1)%n, 8), "get")
 	must(win.Fence(ctx, rma.NoSucceed), "fence")
 	if !bytes.Equal(back, chunk) {
-		failf("the 64 KiB put to rank %d came back changed", (me+1)%n)
+		failf("the %d-byte put to rank %d came back changed", q, (me+1)%n)
 	}
 	must(win.LockAll(ctx, 0), "lock all")
 	for range 100 {
@@ -140,14 +142,19 @@ func lossyRound(ctx context.Context, w *fabric.Comm) {
 	}
 }
 
-// TestHostLoss: 1 %, then 5 %, of the RoCE packets between node1 and the
-// others are dropped; everything arrives intact and nobody is convicted.
+// TestHostLoss: 1 % of the RoCE packets between node1 and the others
+// are dropped while 256 KiB messages and 64 KiB puts and gets go round,
+// then 5 % with 4 KiB messages (one-packet one-sided operations);
+// everything arrives intact and nobody is convicted. Soft-RoCE cannot
+// carry multi-packet requests through 5 % loss reliably: its retry
+// counter ran out on a 64 KiB put or get in one run of five, a live peer
+// lost to the NIC (docs/fault.md).
 func TestHostLoss(t *testing.T) {
-	out, errs := runCluster(t, 3, "lossy", lossEnv+"=1 5")
-	for _, p := range []string{"1", "5"} {
-		m := regexp.MustCompile(`at ` + p + `%: RoCE packets seen (\d+), dropped (\d+)\n`).FindStringSubmatch(out)
+	out, errs := runCluster(t, 3, "lossy", lossEnv+"=1:262144 5:4096")
+	for _, p := range []string{"1%, 262144", "5%, 4096"} {
+		m := regexp.MustCompile(`at ` + p + ` bytes: RoCE packets seen (\d+), dropped (\d+)\n`).FindStringSubmatch(out)
 		if m == nil || m[2] == "0" {
-			t.Errorf("at %s%%, no packet was dropped: %q", p, m)
+			t.Errorf("at %s bytes, no packet was dropped: %q", p, m)
 		}
 	}
 	if !strings.Contains(out, "rank 0 ok\n") || !strings.Contains(errs, "[node2] rank 1 ok\n") || !strings.Contains(errs, "[node3] rank 2 ok\n") {

@@ -67,7 +67,9 @@ echo "== host tests (-race)"
 # Includes cmd/rxevm's own tests, which boot VMs, and the PMI tests under
 # Hydra; tests that need soft-RoCE skip here with a reason and run in the VM
 # suite below. The REQUIRE variables turn a missing tool into a failure.
-RIVET_REQUIRE_VM=1 RIVET_REQUIRE_TOOLS=1 go test -race -count=1 ./...
+# The tests that boot clusters take turns (testutil.RequireCluster), so a
+# package may wait for another's: 20 minutes, not go test's 10.
+RIVET_REQUIRE_VM=1 RIVET_REQUIRE_TOOLS=1 go test -race -count=1 -timeout 20m ./...
 t1=$SECONDS
 
 echo "== fuzzing the wire decoders, ${RIVET_FUZZTIME:-300000x} each"
