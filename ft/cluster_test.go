@@ -21,13 +21,22 @@ import (
 // and nobody on another node has a pidfd, a goodbye or a launcher's word
 // for it — only silence, the NIC's retries and the heartbeat.
 
-// clusterTimeout is the detector's timeout across the cluster's nodes:
+// clusterTimeout is the detector's timeout across the cluster's nodes
+// (RIVET_FT_CLUSTER_TIMEOUT, for lab/cluster.sh, overrides it):
 // each is a TCG VM with one vCPU on a shared 2-core machine, whose vCPU —
 // and with it the node's soft-RoCE, which answers the heartbeat reads —
 // the host may hold for longer than the default 200 ms (see
 // matrixOptions), and a live node that answers no read for half the
 // timeout is convicted.
-const clusterTimeout = 2 * time.Second
+var clusterTimeout = envDuration("RIVET_FT_CLUSTER_TIMEOUT", 2*time.Second)
+
+// envDuration is the duration in environment variable name, or def.
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
 
 // runCluster runs program prog on a cluster of nodes VMs, one rank per
 // node, meeting torchrun-style at node1, and returns node1's stdout and
