@@ -97,7 +97,7 @@ func (ep *Endpoint) Get(ctx context.Context, peer int, m RemoteMem, off uint64, 
 		return err
 	}
 	// A read per ReadChunk: see rdma.ReadChunk.
-	chunk := len(dst)
+	chunk := max(len(dst), 1)
 	if v := ep.verbs; v != nil && v.ReadChunk() > 0 {
 		chunk = v.ReadChunk()
 	}

@@ -3,6 +3,7 @@
 package fabric
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
@@ -39,7 +40,9 @@ func (e *engine) checkQuorum() {
 	if e.nodeOf == nil {
 		return
 	}
-	seen, nodes, ok := quorum(e.nodeOf, e.me, func(w int) bool { return e.failed[w] != nil })
+	// Failed, not gone: a process that closed on purpose is no sign of a
+	// partition, and a job's ranks close at their own pace.
+	seen, nodes, ok := quorum(e.nodeOf, e.me, func(w int) bool { return errors.Is(e.failed[w], ErrProcFailed) })
 	if ok {
 		return
 	}
