@@ -53,11 +53,7 @@ func progLossy(ctx context.Context, ep *fabric.Endpoint) error {
 	var in *netfault.Injector
 	if me == 0 {
 		in, err = netfault.Open("eth0")
-		must(err, "open the loss injector")
-		defer func() {
-			in.Close()
-			netfault.Remove("eth0")
-		}()
+		must(err, "open the loss injector") // the VM goes with it on a failure
 	}
 	for _, round := range strings.Fields(os.Getenv(lossEnv)) {
 		var p float64
@@ -80,6 +76,11 @@ func progLossy(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	if g := w.GetFailed(); g.Size() != 0 {
 		failf("%v convicted under loss", g.Members())
+	}
+	if me == 0 {
+		in.Close()
+		netfault.Remove("eth0") // the others' ends cross the link
+		survivorsDone(ctx, 2, w.Size())
 	}
 	return nil
 }

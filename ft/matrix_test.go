@@ -166,15 +166,30 @@ func progMatrix(ctx context.Context, ep *fabric.Endpoint) error {
 			undo = fmt.Sprintf(undo, v+1)
 		}
 		must(vm.Control(ctx, undo), "undo the fault")
-		st := victimExit(ctx, v+1)
+		st := nodeExit(ctx, v+1)
 		fmt.Printf("%s: the faulted rank ended with status %s\n", fault, st)
+	}
+	if me == 0 {
+		survivorsDone(ctx, 2, v)
 	}
 	return nil
 }
 
-// victimExit waits (60 s at most) for the exit status the node command
-// of node i records in the cluster's shared directory (runCluster).
-func victimExit(ctx context.Context, i int) string {
+// survivorsDone waits until the ranks of nodes first to last, each its
+// node's only rank, have ended with status 0: rank 0's end is the
+// cluster's (rxevm stops every node when node 1's command ends), and the
+// others' report must not be cut short.
+func survivorsDone(ctx context.Context, first, last int) {
+	for i := first; i <= last; i++ {
+		if st := nodeExit(ctx, i); st != "0" {
+			failf("node %d's rank ended with status %s", i, st)
+		}
+	}
+}
+
+// nodeExit waits (60 s at most) for the exit status the node command of
+// node i records in the cluster's shared directory (runCluster).
+func nodeExit(ctx context.Context, i int) string {
 	f := filepath.Join(os.Getenv("RXEVM_SHARED"), fmt.Sprintf("exit.%d", i))
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
