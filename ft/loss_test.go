@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 
@@ -37,15 +36,7 @@ func progLossy(ctx context.Context, ep *fabric.Endpoint) error {
 	me := w.Rank()
 	before := testutil.RDMACounters()
 	defer func() {
-		after := testutil.RDMACounters()
-		var keys []string
-		for k := range after {
-			if after[k] != before[k] {
-				keys = append(keys, fmt.Sprintf("%s+%d", k, after[k]-before[k]))
-			}
-		}
-		sort.Strings(keys)
-		fmt.Fprintf(os.Stderr, "rank %d's RDMA counters: %s\n", me, strings.Join(keys, " "))
+		fmt.Fprintf(os.Stderr, "rank %d's RDMA counters:%s\n", me, testutil.CountersMoved(before, testutil.RDMACounters()))
 	}()
 	d, err := Start(ctx, ep, Options{Timeout: clusterTimeout})
 	must(err, "start the detector")

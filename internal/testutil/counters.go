@@ -20,20 +20,25 @@ func LogRXECountersOnFailure(t testing.TB) {
 		if !t.Failed() {
 			return
 		}
-		after := RDMACounters()
-		keys := make([]string, 0, len(after))
-		for k := range after {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		var b strings.Builder
-		for _, k := range keys {
-			if d := after[k] - before[k]; d != 0 {
-				fmt.Fprintf(&b, " %s+%d", k, d)
-			}
-		}
-		t.Logf("RDMA counters that moved during the test:%s", b.String())
+		t.Logf("RDMA counters that moved during the test:%s", CountersMoved(before, RDMACounters()))
 	})
+}
+
+// CountersMoved lists the RDMA counters that differ between two
+// snapshots (RDMACounters), in name order, each as " DEV/N/NAME+delta".
+func CountersMoved(before, after map[string]int64) string {
+	keys := make([]string, 0, len(after))
+	for k := range after {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		if d := after[k] - before[k]; d != 0 {
+			fmt.Fprintf(&b, " %s+%d", k, d)
+		}
+	}
+	return b.String()
 }
 
 // RDMACounters reads every RDMA port's hardware counters
