@@ -75,7 +75,9 @@ type Detector struct {
 // process has read the heartbeat of the one it watches — over verbs that
 // needs a connection, whose handshake needs the other process's
 // goroutines, which a busy process may starve later. The endpoint must
-// have a heartbeat (fabric.WithHeartbeat, on by default).
+// have a heartbeat (fabric.WithHeartbeat, on by default). A process that
+// fails before or during Start does not make it fail: the failure is
+// recorded and the operations involving that process report it.
 func Start(ctx context.Context, ep *fabric.Endpoint, o Options) (*Detector, error) {
 	period := ep.HeartbeatPeriod()
 	if period == 0 {
@@ -105,26 +107,36 @@ func Start(ctx context.Context, ep *fabric.Endpoint, o Options) (*Detector, erro
 			o.Timeout, o.Tick, o.Grace, o.StalledAfter, o.Unconfirmed, period, fabric.ErrInvalid)
 	}
 	d := &Detector{ep: ep, o: o, stop: make(chan struct{}), done: make(chan struct{}), observing: -1}
-	obs := d.next(ep.World().Rank())
-	if obs >= 0 {
-		ctx, cancel := context.WithTimeout(ctx, o.Grace)
-		defer cancel()
-		for {
-			b, err := ep.Heartbeat(obs)
-			if err != nil {
-				return nil, fmt.Errorf("ft: reading world rank %d's heartbeat: %w", obs, err)
-			}
-			if b.Seen() {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("ft: no heartbeat of world rank %d: %w", obs, ctx.Err())
-			case <-time.After(time.Millisecond):
-			}
+	me := ep.World().Rank()
+	obs := d.next(me)
+	gctx, cancel := context.WithTimeout(ctx, o.Grace)
+	defer cancel()
+	for obs >= 0 {
+		b, err := ep.Heartbeat(obs)
+		switch s := ep.State(obs); {
+		case err != nil && (s == fabric.Failed || s == fabric.Stopped):
+			// It failed (or closed) before its first beat was read:
+			// that is knowledge, not an error of Start. Watch the next.
+			obs = d.next(obs)
+			continue
+		case err != nil && !errors.Is(err, fabric.ErrNoRoute):
+			return nil, fmt.Errorf("ft: reading world rank %d's heartbeat: %w", obs, err)
+		}
+		if err == nil && b.Seen() {
+			break
+		}
+		select {
+		case <-gctx.Done():
+			return nil, fmt.Errorf("ft: no heartbeat of world rank %d: %w", obs, gctx.Err())
+		case <-time.After(time.Millisecond):
 		}
 	}
-	if err := collectives.Barrier(ctx, ep.World()); err != nil {
+	// A process may fail while the others start, even right after its
+	// own Start returned; the barrier then raises at some of them. The
+	// failure is recorded (and the detector's ring passes over it), so
+	// Start succeeds: as in MPI, a failure is reported by the operations
+	// that involve the process, never by the setup that preceded it.
+	if err := collectives.Barrier(ctx, ep.World()); err != nil && !errors.Is(err, fabric.ErrProcFailed) {
 		return nil, fmt.Errorf("ft: starting the detector: %w", err)
 	}
 	go d.run(obs)

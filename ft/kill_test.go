@@ -4,6 +4,7 @@ package ft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -213,5 +214,62 @@ func TestRepeated(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func init() { progs.Add("startkill", progStartKill) }
+
+// progStartKill: the victim is SIGKILLed around Start — before it
+// (FT_TEST_WHEN=before: the others' start barrier cannot complete) or
+// right after its own Start returned, while the others may still be in
+// theirs (after). A failure is knowledge, not an error of Start: every
+// survivor's Start succeeds, learns of the failure, and the survivors
+// agree on it.
+func progStartKill(ctx context.Context, ep *fabric.Endpoint) error {
+	w := ep.World()
+	v := victim(w.Size())
+	before := os.Getenv("FT_TEST_WHEN") == "before"
+	if w.Rank() == v && before {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	d, err := Start(ctx, ep, matrixOptions())
+	must(err, "start")
+	defer d.Stop()
+	if w.Rank() == v {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	took := awaitFailed(ctx, w, v)
+	fmt.Printf("knew after %v\n", took.Round(time.Millisecond))
+	if _, err := Agree(ctx, w, 1); err != nil && !errors.Is(err, fabric.ErrProcFailed) {
+		failf("agree: %v", err)
+	}
+	w.AckFailed(w.Size())
+	if _, err := Agree(ctx, w, 1); err != nil {
+		failf("agree after acknowledging: %v", err)
+	}
+	onlyVictim(ctx, ep, v)
+	return nil
+}
+
+// TestStartKilled: Start succeeds at every survivor whether a process
+// dies before its own Start or right after.
+func TestStartKilled(t *testing.T) {
+	for _, way := range ways(t) {
+		for _, when := range []string{"before", "after"} {
+			t.Run(way.name+"/"+when, func(t *testing.T) {
+				const n = 6
+				out, errs, st := progs.Run(t, n, "startkill", true, append([]string{"FT_TEST_WHEN=" + when}, way.env...)...)
+				if st != 128+9 {
+					t.Fatalf("status %d, want 137 (the victim killed)\n%s\n%s", st, out, errs)
+				}
+				for r := 0; r < n; r++ {
+					if r != victim(n) && !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+						t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
+					}
+				}
+			})
+		}
 	}
 }
