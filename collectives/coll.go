@@ -51,6 +51,9 @@ func begin[T any](c *fabric.Comm, root int) (*fabric.Schedule, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil", fabric.ErrComm)
 	}
+	if c.IsInter() {
+		return nil, errInterColl
+	}
 	if err := checkType[T](); err != nil {
 		return nil, err
 	}
@@ -76,8 +79,12 @@ func countErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrCount}, args...)...)
 }
 
-// Barrier blocks until every process of c has entered it (MPI_Barrier).
+// Barrier blocks until every process of c has entered it (MPI_Barrier);
+// on an intercommunicator, until every process of the remote group has.
 func Barrier(ctx context.Context, c *fabric.Comm) error {
+	if c.IsInter() {
+		return interBarrier(ctx, c)
+	}
 	if c != nil && choose("barrier", 0, c.Size(), true) == SharedFlags {
 		if ok, err := nodecoll.Sync(ctx, c); ok {
 			return c.Uniform(ctx, err)
@@ -118,8 +125,17 @@ func ibarrier(c *fabric.Comm) (fabric.Request, error) {
 	return s.Start()
 }
 
-// Bcast sends root's buf to every process's buf (MPI_Bcast).
+// Bcast sends root's buf to every process's buf (MPI_Bcast). On an
+// intercommunicator it goes from one group to the other: the root passes
+// fabric.Root, the other members of its group fabric.ProcNull, and the
+// members of the other group the root's rank in their remote group.
 func Bcast[T any](ctx context.Context, c *fabric.Comm, buf []T, root int) error {
+	if c.IsInter() {
+		if err := checkType[T](); err != nil {
+			return err
+		}
+		return interBcast(ctx, c, bytesOf(buf), root)
+	}
 	r, err := ibcast(c, buf, root)
 	return wait(ctx, c, r, err)
 }
@@ -215,8 +231,16 @@ func ireduce[T any](c *fabric.Comm, send, recv []T, o op.Op[T], root int) (fabri
 }
 
 // Allreduce combines every process's send with op into every recv
-// (MPI_Allreduce). With send nil, recv holds the operand (in place).
+// (MPI_Allreduce). With send nil, recv holds the operand (in place). On
+// an intercommunicator, each group's recv gets the other group's sends
+// combined (and there is no in place).
 func Allreduce[T any](ctx context.Context, c *fabric.Comm, send, recv []T, o op.Op[T]) error {
+	if c.IsInter() {
+		if err := checkType[T](); err != nil {
+			return err
+		}
+		return interAllreduce(ctx, c, send, recv, o)
+	}
 	r, err := iallreduce(ctx, c, send, recv, o, true)
 	return wait(ctx, c, r, err)
 }
@@ -519,8 +543,16 @@ func iscatterv[T any](c *fabric.Comm, send []T, counts, displs []int, recv []T, 
 
 // Allgather collects every process's send into every recv, in rank order
 // (MPI_Allgather); recv holds Size()·len(send) elements. With send nil,
-// each process's block is already in place in recv.
+// each process's block is already in place in recv. On an
+// intercommunicator, each group's recv gets the other group's sends, in
+// their rank order (and there is no in place).
 func Allgather[T any](ctx context.Context, c *fabric.Comm, send, recv []T) error {
+	if c.IsInter() {
+		if err := checkType[T](); err != nil {
+			return err
+		}
+		return interAllgather(ctx, c, send, recv)
+	}
 	r, err := iallgather(c, send, recv)
 	return wait(ctx, c, r, err)
 }

@@ -23,13 +23,18 @@ type IDAgreement func(ctx context.Context, free []uint64, gen uint64) (members [
 // makes its survivors' communicator without any collective that a
 // failure could break (package ft's Shrink). The id is the lowest one
 // free at all the members, and the generation one more than any of
-// theirs. It works on a revoked c.
+// theirs. It works on a revoked c. On an intercommunicator, the members
+// are ranks in its Bridge, and the result is the intercommunicator of
+// each group's members.
 func (c *Comm) CreateAgreed(ctx context.Context, agree IDAgreement) (*Comm, error) {
 	if c == nil || c.freed.Load() {
 		return nil, c.invalid()
 	}
 	if agree == nil {
 		return nil, fmt.Errorf("%w: nil IDAgreement", ErrInvalid)
+	}
+	if c.inter != nil {
+		return c.createAgreedInter(ctx, agree)
 	}
 	c.ep.createMu.Lock()
 	defer c.ep.createMu.Unlock()

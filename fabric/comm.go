@@ -50,6 +50,9 @@ type Comm struct {
 	ft         ftState      // the fault-tolerance channel (SetFTHandler, SendFT)
 	revoked    atomic.Bool  // set under e.mu (revoke)
 	revokeHops int          // the fewest hops a revoke notice came in: 0 revoked here, -1 none (learned from an operation); under e.mu
+
+	inter *inter  // an intercommunicator's parts (intercomm.go); nil for an intracommunicator
+	links []*Comm // revoked and freed with this one: an intercommunicator's parts
 }
 
 // Endpoint returns the endpoint c belongs to.
@@ -72,14 +75,25 @@ func newComm(ep *Endpoint, id uint32, gen uint64, ranks []int) *Comm {
 	return c
 }
 
-// Rank is this process's rank in the communicator.
+// Rank is this process's rank in the communicator (in an
+// intercommunicator's local group).
 func (c *Comm) Rank() int { return c.rank }
 
-// Size is the number of processes in the communicator.
-func (c *Comm) Size() int { return len(c.ranks) }
+// Size is the number of processes in the communicator (in an
+// intercommunicator's local group: see RemoteSize).
+func (c *Comm) Size() int {
+	if c.inter != nil {
+		return c.inter.local.Size()
+	}
+	return len(c.ranks)
+}
 
-// Group returns the communicator's group (MPI_Comm_group).
+// Group returns the communicator's group (MPI_Comm_group): an
+// intercommunicator's local group.
 func (c *Comm) Group() Group {
+	if c.inter != nil {
+		return c.inter.local.Group()
+	}
 	g, _ := NewGroup(c.ranks)
 	return g
 }
@@ -136,7 +150,8 @@ func (c *Comm) invalid() error {
 // channel goes on answering: members that have not yet returned from an
 // agreement this process has may still need its decision (the newest 256
 // such channels are kept, until Endpoint.Close). The world and self
-// communicators are freed by Endpoint.Close, not here.
+// communicators are freed by Endpoint.Close, not here. Freeing an
+// intercommunicator frees its Local and Bridge communicators too.
 func (c *Comm) Free() error {
 	if err := c.valid(); err != nil {
 		return err
@@ -144,14 +159,19 @@ func (c *Comm) Free() error {
 	if c == c.ep.world || c == c.ep.self {
 		return fmt.Errorf("%w: the world and self communicators are freed by Endpoint.Close", ErrComm)
 	}
-	c.e.mu.Lock()
-	if c.freed.Swap(true) {
-		c.e.mu.Unlock()
-		return fmt.Errorf("%w: freed twice", ErrComm)
+	if c.inter == nil && len(c.links) > 0 {
+		return fmt.Errorf("%w: a part of an intercommunicator is freed with it", ErrComm)
 	}
-	c.e.unregister(c)
-	c.e.mu.Unlock()
-	c.ep.releaseID(c.id)
+	for _, x := range append([]*Comm{c}, c.links...) {
+		x.e.mu.Lock()
+		if x.freed.Swap(true) {
+			x.e.mu.Unlock()
+			return fmt.Errorf("%w: freed twice", ErrComm)
+		}
+		x.e.unregister(x)
+		x.e.mu.Unlock()
+		x.ep.releaseID(x.id)
+	}
 	return nil
 }
 
@@ -165,6 +185,9 @@ func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
 func (c *Comm) dup(ctx context.Context) (*Comm, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
+	}
+	if c.inter != nil {
+		return nil, errInter("Dup")
 	}
 	c.ep.createMu.Lock()
 	defer c.ep.createMu.Unlock()
@@ -187,6 +210,9 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 func (c *Comm) split(ctx context.Context, color, key int) (*Comm, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
+	}
+	if c.inter != nil {
+		return nil, errInter("Split")
 	}
 	if color < 0 {
 		color = Undefined
@@ -286,6 +312,9 @@ func (c *Comm) CreateGroup(ctx context.Context, g Group, tag int) (*Comm, error)
 }
 
 func (c *Comm) subgroup(g Group) error {
+	if c.inter != nil {
+		return errInter("Create")
+	}
 	if g.Size() == 0 {
 		return fmt.Errorf("%w: empty", ErrGroup)
 	}

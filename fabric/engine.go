@@ -558,12 +558,16 @@ func (e *engine) anyBlocked(c *Comm, class error) error {
 	if e.nfailed == 0 {
 		return nil
 	}
+	f := c
+	if c.inter != nil {
+		f = c.inter.bridge // an intercommunicator's failures are its bridge's
+	}
 	k := 0
 	for _, w := range e.order {
-		if c.index[w] < 0 {
+		if f.index[w] < 0 {
 			continue
 		}
-		if k++; k > c.acked {
+		if k++; k > f.acked {
 			cause := e.failed[w]
 			if class == ErrProcFailedPending {
 				cause = fmt.Errorf("%w (%v)", ErrProcFailedPending, cause)

@@ -80,7 +80,7 @@ var errPeerGone = errors.New("peer process is gone")
 // or could not be reached. It matches ErrProcFailed (or ErrNoRoute) with
 // errors.Is, and unwraps to the cause the fabric observed.
 type PeerError struct {
-	Rank      int   // in the communicator of the operation, -1 if not a member
+	Rank      int   // in the communicator of the operation (an intercommunicator's remote group), -1 if not in it
 	WorldRank int   // in the job
 	Err       error // ErrProcFailed or ErrNoRoute, wrapping the cause
 }

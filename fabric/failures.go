@@ -250,8 +250,12 @@ func (ep *Endpoint) SetStalled(w int, stalled bool) {
 // failed (MPI_COMM_GET_FAILED), in the order it learned of them: a later
 // call's group extends an earlier one's, with the same ranks for the
 // same processes (prefix-stable). A process is in it before any
-// operation reports its failure.
+// operation reports its failure. An intercommunicator's counts the
+// failures of both groups.
 func (c *Comm) GetFailed() Group {
+	if c.inter != nil {
+		return c.inter.bridge.GetFailed()
+	}
 	e := c.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -274,6 +278,9 @@ func (c *Comm) GetFailed() Group {
 // (the request stays active and matchable). Collectives keep failing
 // after an acknowledgement; a shrunk communicator is the way on.
 func (c *Comm) AckFailed(n int) int {
+	if c.inter != nil {
+		return c.inter.bridge.AckFailed(n)
+	}
 	e := c.e
 	e.mu.Lock()
 	defer e.mu.Unlock()

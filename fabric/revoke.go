@@ -69,8 +69,8 @@ func (e *engine) revoke(c *Comm, hops int) bool {
 	e.revokedIDs[c.id/64] |= 1 << (c.id % 64)
 	// The notice first: a neighbour then hears of the revoke before any
 	// refusal of its messages (dropRevoked).
-	if c.Size() > 1 && !e.closed {
-		e.spreadRevoke(c, hops+1)
+	if c.inter == nil && c.Size() > 1 && !e.closed {
+		e.spreadRevoke(c, hops+1) // (an intercommunicator's bridge spreads its revoke)
 	}
 	err := c.errRevoked()
 	for r := e.posted.head; r != nil; {
@@ -117,6 +117,9 @@ func (e *engine) revoke(c *Comm, hops int) bool {
 			continue
 		}
 		i++
+	}
+	for _, l := range c.links {
+		e.revoke(l, hops)
 	}
 	return true
 }

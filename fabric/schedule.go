@@ -254,7 +254,7 @@ func (s *Schedule) Start() (Request, error) {
 	if s.o != nil {
 		return Request{}, ErrScheduleStarted
 	}
-	n := s.c.Size()
+	n := len(s.c.ranks) // (an intercommunicator's schedule talks to its remote group)
 	for _, r := range s.rounds[:s.nrounds] {
 		for _, m := range r.msgs {
 			if m.peer < 0 || m.peer >= n {

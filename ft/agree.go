@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/rivet-hpc/rivet/fabric"
@@ -79,14 +80,34 @@ func AgreeOp(ctx context.Context, c *fabric.Comm, value int, op Op) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	a, out, err := h.agree(ctx, []uint64{uint64(int64(value))}, oneOp[op:op+1], ackedRanks(c))
+	val, ops, pick := contribute(c, value, op)
+	a, out, err := h.agree(ctx, val, ops, ackedRanks(c))
 	if err != nil {
 		return 0, err
 	}
 	if a == nil { // through shared memory: every member contributed
-		return int(int64(out[0])), nil
+		return int(int64(out[pick])), nil
 	}
-	return int(int64(out[0])), h.outcome(a)
+	return int(int64(out[pick])), h.outcome(a)
+}
+
+// contribute is what a member of c contributes to an agreement on value
+// with op, and which word of the decision is its answer. On an
+// intercommunicator the agreement runs over both groups (its Bridge),
+// each group's values combined in a word of their own, and a member's
+// answer is the other group's word (MPI 4.1 §16.3.1: the AND "over the
+// values contributed by the remote group"); a group with no survivor
+// leaves its word at op's identity.
+func contribute(c *fabric.Comm, value int, op Op) (val []uint64, ops []combOp, pick int) {
+	v := uint64(int64(value))
+	if !c.IsInter() {
+		return []uint64{v}, oneOp[op : op+1], 0
+	}
+	id := [...]uint64{^uint64(0), 0, uint64(math.MaxInt64), 1 << 63}[op] // BAnd, BOr, Min, Max
+	if c.LocalFirst() {
+		return []uint64{v, id}, []combOp{oneOp[op], oneOp[op]}, 1
+	}
+	return []uint64{id, v}, []combOp{oneOp[op], oneOp[op]}, 0
 }
 
 // IAgree starts an agreement (MPI_COMM_IAGREE); its request's Wait or
@@ -105,14 +126,16 @@ func IAgreeOp(c *fabric.Comm, value int, op Op) (*AgreeRequest, error) {
 		return nil, err
 	}
 	acked := ackedRanks(c)
-	a := h.enter([]uint64{uint64(int64(value))}, []combOp{combOp(op)}, acked)
-	return &AgreeRequest{h: h, a: a}, nil
+	val, ops, pick := contribute(c, value, op)
+	a := h.enter(val, ops, acked)
+	return &AgreeRequest{h: h, a: a, pick: pick}, nil
 }
 
 // AgreeRequest is an agreement in progress (IAgree).
 type AgreeRequest struct {
 	h    *handler
 	a    *agreement
+	pick int // the word of the decision that is the answer (contribute)
 	done bool
 	val  int
 	err  error
@@ -128,7 +151,7 @@ func (r *AgreeRequest) Wait(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	r.done, r.val = true, int(int64(vals[0]))
+	r.done, r.val = true, int(int64(vals[r.pick]))
 	r.err = r.h.outcome(r.a)
 	return r.val, r.err
 }
@@ -149,6 +172,9 @@ func (r *AgreeRequest) Test() (done bool, flag int, err error) {
 // ackedRanks is the comm ranks of the failures this process has
 // acknowledged on c.
 func ackedRanks(c *fabric.Comm) []int {
+	if c.IsInter() {
+		c = c.Bridge() // (where its agreements run)
+	}
 	n := c.AckFailed(0)
 	if n == 0 {
 		return nil
@@ -187,6 +213,9 @@ var handlerMu sync.Mutex // makes the first handler of a communicator once
 func handlerOf(c *fabric.Comm) (*handler, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil communicator", fabric.ErrComm)
+	}
+	if c.IsInter() {
+		c = c.Bridge() // an intercommunicator agrees over both groups
 	}
 	if h, ok := c.FTHandler().(*handler); ok {
 		return h, nil // (set once, never changed)
