@@ -25,6 +25,13 @@
 // stopped, or cut off from the peers that would end it — is killed.
 // rivetrun then exits with the first failed process's status once all
 // have exited.
+//
+// A process may spawn more (PMI-2's spawn: fabric.Spawn, MPI_Comm_spawn):
+// they start on this node as a job of their own, numbered after every
+// process started so far, under the same flags, and rivetrun waits for
+// them too. -universe U tells the processes the universe size
+// (MPI_UNIVERSE_SIZE): how many processes the job expects to grow to,
+// for which the fabric sets shared memory aside from the start.
 package main
 
 import (
@@ -59,6 +66,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	bind := fs.String("bind-to", "auto", "pin rank r to CPU r mod NumCPU: `core`, none, or auto (core when N ≤ CPUs)")
 	grace := fs.Duration("grace", 3*time.Second, "after a failure, how long the others get to exit on SIGTERM before SIGKILL")
 	fenceGrace := fs.Duration("fence-grace", time.Second, "with -ft, how long a rank declared failed gets to exit by itself before SIGKILL")
+	universe := fs.Int("universe", 0, "the universe `size` the processes are told: how many the job may grow to by spawning (0: N)")
 	if err := fs.Parse(argv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -73,11 +81,15 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rivetrun: -expect-failures needs -ft")
 		return 2
 	}
+	if *universe != 0 && *universe < *n {
+		fmt.Fprintf(stderr, "rivetrun: -universe %d is smaller than -n %d\n", *universe, *n)
+		return 2
+	}
 	binding, err := launch.ParseBinding(*bind)
 	if err != nil {
 		fmt.Fprintf(stderr, "rivetrun: %v\n", err)
 		return 2
 	}
-	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft, ExpectFailures: *expect, FenceGrace: *fenceGrace, Bind: binding,
+	return launch.Run(context.Background(), launch.Options{N: *n, Tag: *tag, Grace: *grace, FT: *ft, ExpectFailures: *expect, FenceGrace: *fenceGrace, Bind: binding, Universe: *universe,
 		Stdout: stdout, Stderr: stderr}, fs.Args())
 }

@@ -69,3 +69,17 @@ func (c *court) judge() []int {
 	}
 	return out
 }
+
+// grow makes room for ranks up to n (spawned processes).
+func (c *court) grow(n int) {
+	for len(c.votes) < n {
+		c.condemned = append(c.condemned, false)
+		c.exited = append(c.exited, false)
+		c.votes = append(c.votes, nil)
+	}
+	for r := range c.votes {
+		for len(c.votes[r]) < n {
+			c.votes[r] = append(c.votes[r], false)
+		}
+	}
+}

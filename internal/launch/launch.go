@@ -17,15 +17,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rivet-hpc/rivet/internal/pmi"
 )
@@ -68,10 +65,14 @@ type Options struct {
 	// then starts with GOMAXPROCS 1 and every thread it makes stays on
 	// that CPU. The zero value, BindAuto, pins when the ranks fit the
 	// CPUs: every caller launches the same way unless it says otherwise.
-	Bind   Binding
-	Env    []string // added to os.Environ() for every process
-	Stdout io.Writer
-	Stderr io.Writer
+	Bind Binding
+	// Universe is the universe size the processes are told (PMI-2's
+	// universeSize, MPI_UNIVERSE_SIZE): how many processes the job may
+	// usefully grow to by spawning. 0: not told.
+	Universe int
+	Env      []string // added to os.Environ() for every process
+	Stdout   io.Writer
+	Stderr   io.Writer
 }
 
 // Run starts N processes of argv[0] (looked up in PATH) with argv[1:],
@@ -123,10 +124,19 @@ var killWait = 30 * time.Second
 type job struct {
 	Options
 	outMu sync.Mutex // whole lines only, from every rank
-	procs []*exec.Cmd
+	jobid string
+	ctx   context.Context
 
-	ftMu sync.Mutex
-	ft   []*os.File // per rank: its notice socket; nil once it exited
+	ftMu   sync.Mutex
+	procs  []*exec.Cmd // per rank (spawned processes after the job's own)
+	ft     []*os.File  // per rank: its notice socket; nil once it exited
+	spawns int         // spawns served
+
+	exits    chan exit
+	verdicts chan verdict
+	// added takes the count of processes a spawn will start; the main
+	// loop answers once it is ready for their exits.
+	added chan int
 }
 
 // verdict is rank by's word that rank rank failed.
@@ -154,11 +164,14 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	jobid := newJobID()
-	srv := pmi.NewServer(j.N, jobid)
-	exits := make(chan exit, j.N)
-	verdicts := make(chan verdict, j.N)
-	j.ft = make([]*os.File, j.N)
+	j.jobid = newJobID()
+	srv := pmi.NewServer(j.N, j.jobid)
+	srv.Universe = j.Universe
+	srv.Spawn = j.spawn
+	j.exits = make(chan exit, j.N)
+	j.verdicts = make(chan verdict, j.N)
+	j.added = make(chan int)
+	j.ctx = ctx
 	defer func() {
 		j.ftMu.Lock()
 		for _, f := range j.ft {
@@ -167,82 +180,15 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 			}
 		}
 		j.ftMu.Unlock()
-		sweepSegments(jobid)
+		sweepSegments(j.jobid)
 	}()
 	for r := 0; r < j.N; r++ {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			j.logf("rivetrun: socketpair: %v\n", err)
+		if st := j.start(r, r, path, args, srv); st != 0 {
 			j.stop(syscall.SIGKILL)
-			return 1
+			return st
 		}
-		ours, theirs := os.NewFile(uintptr(fds[0]), "pmi"), os.NewFile(uintptr(fds[1]), "pmi-child")
-		cmd := exec.Command(path, args[1:]...)
-		cmd.Args[0] = args[0]
-		cmd.ExtraFiles = []*os.File{theirs} // fd 3 in the child
-		cmd.Env = append(os.Environ(), j.Env...)
-		cmd.Env = append(cmd.Env, "PMI_FD=3", "PMI_RANK="+strconv.Itoa(r),
-			"PMI_SIZE="+strconv.Itoa(j.N), "PMI_JOBID="+jobid)
-		var ftChild *os.File
-		// Ranks tune their process for busy polling (fabric's
-		// WithProcessTuning) unless the environment says otherwise.
-		if !slices.ContainsFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, TuneEnv+"=") }) {
-			cmd.Env = append(cmd.Env, TuneEnv+"=1")
-		}
-		if j.FT {
-			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err == nil {
-				// Ours through the poller: writes take a deadline, and
-				// the reader below ends when the socket is closed.
-				err = unix.SetNonblock(fds[0], true)
-			}
-			if err != nil {
-				j.logf("rivetrun: socketpair: %v\n", err)
-				j.stop(syscall.SIGKILL)
-				return 1
-			}
-			ftChild = os.NewFile(uintptr(fds[1]), "ft-child")
-			j.ft[r] = os.NewFile(uintptr(fds[0]), "ft")
-			go readVerdicts(ctx, r, j.ft[r], verdicts)
-			cmd.ExtraFiles = append(cmd.ExtraFiles, ftChild) // fd 4
-			cmd.Env = append(cmd.Env, FTEnv+"="+strconv.Itoa(FTFD))
-		}
-		cmd.Stdin = nil
-		// Each rank leads its own process group, so that stopping it stops
-		// what it started too (a shell's children hold its output open).
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.WaitDelay = 2 * j.Grace
-		var outDone, errDone func()
-		cmd.Stdout, outDone = j.output(r, j.Stdout)
-		cmd.Stderr, errDone = j.output(r, j.Stderr)
-		if j.Bind.pins(j.N) {
-			err = startOn(cmd, r%runtime.NumCPU())
-		} else {
-			err = cmd.Start()
-		}
-		theirs.Close()
-		if ftChild != nil {
-			ftChild.Close()
-		}
-		if err != nil {
-			j.logf("rivetrun: starting rank %d: %v\n", r, err)
-			ours.Close()
-			j.stop(syscall.SIGKILL)
-			return 127
-		}
-		j.procs = append(j.procs, cmd)
-		go func() {
-			srv.Serve(ctx, r, ours)
-			ours.Close()
-		}()
-		go func() {
-			err := cmd.Wait()
-			at := time.Now()
-			outDone() // every line the process wrote is out before its exit is reported
-			errDone()
-			exits <- exit{rank: r, status: statusOf(cmd, err), err: err, at: at}
-		}()
 	}
+	exits, verdicts := j.exits, j.verdicts
 
 	// status is the first failure's: a forwarded signal, or the first rank
 	// to fail; once the job is stopping, later exits do not change it.
@@ -256,7 +202,7 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	var stuck <-chan time.Time
 	exited := make([]bool, j.N)
 	judge := newCourt(j.N)
-	fenceDue := make(chan int, j.N)
+	fenceDue := make(chan int, 1024)
 	condemn := func(ranks []int) {
 		for _, r := range ranks {
 			time.AfterFunc(j.FenceGrace, func() { fenceDue <- r })
@@ -264,6 +210,12 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	}
 	for left := j.N; left > 0; {
 		select {
+		case k := <-j.added:
+			// Processes a spawn is about to start (their ranks follow).
+			left += k
+			exited = append(exited, make([]bool, k)...)
+			judge.grow(len(exited))
+			j.added <- 0 // the spawn may start them now
 		case v := <-verdicts:
 			if !stopping {
 				condemn(judge.declare(v.by, v.rank))
@@ -271,7 +223,7 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 		case r := <-fenceDue:
 			if !exited[r] && !stopping {
 				j.logf("rivetrun: rank %d, declared failed by the other ranks, has not exited %v later; killing it (-ft)\n", r, j.FenceGrace)
-				signalGroup(j.procs[r].Process.Pid, syscall.SIGKILL)
+				signalGroup(j.proc(r).Process.Pid, syscall.SIGKILL)
 			}
 		case s := <-sigs:
 			j.stop(s.(syscall.Signal))
@@ -352,7 +304,7 @@ func readVerdicts(ctx context.Context, by int, f *os.File, out chan<- verdict) {
 	for sc.Scan() {
 		v, ok := strings.CutPrefix(sc.Text(), "declared rank=")
 		r, err := strconv.Atoi(v)
-		if !ok || err != nil || r < 0 || r >= cap(out) || r == by {
+		if !ok || err != nil || r < 0 || r == by {
 			continue
 		}
 		select {
@@ -403,9 +355,21 @@ func sweepSegments(jobid string) {
 // stop signals every rank's process group; a group that is gone is not
 // an error worth reporting.
 func (j *job) stop(sig syscall.Signal) {
-	for _, p := range j.procs {
-		signalGroup(p.Process.Pid, sig)
+	j.ftMu.Lock()
+	procs := slices.Clone(j.procs)
+	j.ftMu.Unlock()
+	for _, p := range procs {
+		if p != nil && p.Process != nil {
+			signalGroup(p.Process.Pid, sig)
+		}
 	}
+}
+
+// proc is rank r's command.
+func (j *job) proc(r int) *exec.Cmd {
+	j.ftMu.Lock()
+	defer j.ftMu.Unlock()
+	return j.procs[r]
 }
 
 func statusOf(cmd *exec.Cmd, err error) int {

@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 		reportStart()
 		return
 	}
+	if os.Getenv(spawnEnv) != "" {
+		os.Exit(spawnProc())
+	}
 	os.Exit(m.Run())
 }
 

@@ -24,14 +24,15 @@ var ErrNoLauncher = errors.New("pmi: not started by a PMI launcher (no PMI_FD or
 // Client is one process's connection to its launcher's PMI server. Its
 // methods are safe for concurrent use; they are serialized.
 type Client struct {
-	mu     sync.Mutex
-	conn   io.ReadWriteCloser
-	r      *bufio.Reader
-	v2     bool
-	rank   int
-	size   int
-	jobid  string // the PMI-2 job id, or the PMI-1 KVS name
-	broken error  // set when a request was abandoned midway: the stream is out of step
+	mu      sync.Mutex
+	conn    io.ReadWriteCloser
+	r       *bufio.Reader
+	v2      bool
+	rank    int
+	size    int
+	jobid   string // the PMI-2 job id, or the PMI-1 KVS name
+	spawner string // the job that spawned this one (PMI-2), "" if none
+	broken  error  // set when a request was abandoned midway: the stream is out of step
 }
 
 // FromEnv connects to the launcher named by PMI_FD (Hydra, srun) or
@@ -121,6 +122,9 @@ func (c *Client) fullinit(jobid, srcid string) error {
 			return fmt.Errorf("%w: fullinit-response %s=%q", ErrProtocol, f.key, v)
 		}
 		*f.dst = n
+	}
+	if s, ok := resp.get("spawner-jobid"); ok && s != "NULL" {
+		c.spawner = s
 	}
 	id, err := c.roundTrip(msg{cmd: "job-getid"}, "job-getid-response")
 	if err != nil {

@@ -28,6 +28,13 @@ type Server struct {
 	Mapping string
 	// V1Only makes the server answer as a PMI-1-only launcher does.
 	V1Only bool
+	// Spawn, if set, serves PMI-2 spawn requests.
+	Spawn Spawner
+	// SpawnerJobID is the id of the job that spawned this one, given to
+	// its ranks at fullinit; empty for a launched job.
+	SpawnerJobID string
+	// Universe is the universe size the ranks are told (0: not told).
+	Universe int
 
 	mu        sync.Mutex
 	kvs       map[string]string
@@ -131,9 +138,15 @@ func (s *Server) handle(ctx context.Context, rank int, v2 bool, m msg) (msg, boo
 	switch m.cmd {
 	// PMI-2
 	case "fullinit":
-		return ok("fullinit-response", kv{"pmi-version", "2"}, kv{"pmi-subversion", "0"},
+		resp := ok("fullinit-response", kv{"pmi-version", "2"}, kv{"pmi-subversion", "0"},
 			kv{"rank", strconv.Itoa(rank)}, kv{"size", strconv.Itoa(s.Size)}, kv{"appnum", "0"},
-			kv{"debugged", "FALSE"}, kv{"pmiverbose", "FALSE"}), false, nil
+			kv{"debugged", "FALSE"}, kv{"pmiverbose", "FALSE"})
+		if s.SpawnerJobID != "" {
+			resp.attrs = append(resp.attrs, kv{"spawner-jobid", s.SpawnerJobID})
+		}
+		return resp, false, nil
+	case "spawn":
+		return s.spawn(ctx, rank, m), false, nil
 	case "job-getid":
 		return ok("job-getid-response", kv{"jobid", s.JobID}), false, nil
 	case "kvs-put", "put":
@@ -181,6 +194,9 @@ func (s *Server) handle(ctx context.Context, rank int, v2 bool, m msg) (msg, boo
 		if key == MappingKey && s.Mapping != "" {
 			return ok("info-getjobattr-response", kv{"found", "TRUE"}, kv{"value", s.Mapping}), false, nil
 		}
+		if key == UniverseKey && s.Universe > 0 {
+			return ok("info-getjobattr-response", kv{"found", "TRUE"}, kv{"value", strconv.Itoa(s.Universe)}), false, nil
+		}
 		return ok("info-getjobattr-response", kv{"found", "FALSE"}), false, nil
 	case "finalize":
 		s.mu.Lock()
@@ -201,7 +217,7 @@ func (s *Server) handle(ctx context.Context, rank int, v2 bool, m msg) (msg, boo
 	case "get_my_kvsname":
 		return ok("my_kvsname", kv{"kvsname", s.JobID}), false, nil
 	case "get_universe_size":
-		return ok("universe_size", kv{"size", strconv.Itoa(s.Size)}), false, nil
+		return ok("universe_size", kv{"size", strconv.Itoa(max(s.Size, s.Universe))}), false, nil
 	case "get_appnum":
 		return ok("appnum", kv{"appnum", "0"}), false, nil
 	}
