@@ -20,6 +20,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/fabric/bootstrap"
 	"github.com/rivet-hpc/rivet/fabric/internal/rdma"
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 	"github.com/rivet-hpc/rivet/internal/heartbeat"
 )
 
@@ -31,10 +32,14 @@ var testHookBeforeUnlink func(*Endpoint)
 // Endpoint is this process's place in a job: its bootstrap, providers and
 // matching engine, and the world and self communicators.
 type Endpoint struct {
-	boot  bootstrap.Bootstrap
+	boot  bootstrap.Bootstrap // its ranks are world ranks (see offsetBoot)
 	e     *engine
-	rank  int
-	size  int
+	rank  int // world rank
+	size  int // the universe's size: every world rank is below it
+	// base is the world rank of the job's first process, and jobSize the
+	// job's size: a job a launcher started has base 0, one a spawn
+	// started the ranks after its spawners' (spawn.go).
+	base, jobSize int
 	opts  options
 	shm   *shmProvider
 	verbs *verbsProvider
@@ -45,7 +50,10 @@ type Endpoint struct {
 	// nodeOf is the node of every world rank; launchNode the launcher's
 	// node of every world rank, nil if the launcher does not say.
 	nodeOf, launchNode []int
-	local              []int // world ranks sharing memory through shm (empty without shm)
+	local              []int // the job's world ranks sharing memory through shm (empty without shm)
+	nodeKeys           map[string]int // node index by node key (see nodeKey)
+	parentInfo         *spawnInfo     // how this job was spawned; nil if a launcher started it
+	parent             *Comm          // the intercommunicator to the spawners (Parent)
 
 	createMu   sync.Mutex // communicator creation, one at a time
 	lastGen    uint64     // the latest communicator generation made here; under createMu
@@ -87,7 +95,18 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 	if err := o.tuneMonitor(); err != nil {
 		return nil, err
 	}
-	ep := &Endpoint{boot: b, rank: b.Rank(), size: b.Size(), opts: o}
+	sp, err := spawnedBy(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	base, universe := 0, max(b.Size(), o.universe, universeOf(ctx, b))
+	if sp != nil {
+		base, universe = sp.base, sp.universe
+	}
+	ep := &Endpoint{boot: b, rank: base + b.Rank(), size: universe, base: base, jobSize: b.Size(), opts: o, parentInfo: sp}
+	if base != 0 {
+		ep.boot = offsetBoot{b, base}
+	}
 	ep.e = newEngine(ep.rank, ep.size)
 	for i := range ep.ids {
 		ep.ids[i] = ^uint64(0)
@@ -100,7 +119,7 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 	if o.verbose {
 		ep.logRoutes(os.Stderr)
 	}
-	ep.world = newComm(ep, 0, 0, allRanks(ep.size))
+	ep.world = newComm(ep, 0, 0, rankRange(ep.base, ep.jobSize))
 	ep.self = newComm(ep, 1, 0, []int{ep.rank})
 	if err := ep.unlinkWhenMapped(ctx); err != nil {
 		ep.closeProviders()
@@ -121,6 +140,13 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 		ep.told = make(chan struct{})
 		go tellLauncher(ep.ftFile, ep.e.verdicts, ep.told)
 	}
+	if ep.parentInfo != nil {
+		if err := ep.joinParent(ctx); err != nil {
+			ep.boot = keepBoot{ep.boot} // the caller closes it, as after any error of InitWith
+			ep.Close()
+			return nil, err
+		}
+	}
 	return ep, nil
 }
 
@@ -138,6 +164,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if ep.size == 1 {
 		return nil
 	}
+	first, end := ep.base, ep.base+ep.jobSize // the job's world ranks
 	mine := nodeKey()
 	if ep.opts.node != "" {
 		mine = ep.opts.node
@@ -165,7 +192,11 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	var pids []int
 	nodes := map[string]int{}
 	ep.nodeOf = make([]int, ep.size)
-	for r := 0; r < ep.size; r++ {
+	for r := range ep.nodeOf {
+		ep.nodeOf[r] = -1 // not in the universe yet
+	}
+	ep.nodeKeys = nodes
+	for r := first; r < end; r++ {
 		v, err := b.Get(ctx, r, "node")
 		if err != nil {
 			return err
@@ -199,7 +230,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	// Who is reached how: shared memory within the node unless verbs is
 	// forced, verbs for everyone else.
 	var remote []int
-	for r := 0; r < ep.size; r++ {
+	for r := first; r < end; r++ {
 		if r == ep.rank {
 			continue
 		}
@@ -207,25 +238,33 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			remote = append(remote, r)
 		}
 	}
-	if ep.opts.provider != "verbs" && len(ep.node) > 1 {
+	if ep.opts.provider != "verbs" && (len(ep.node) > 1 || ep.size > ep.jobSize) {
+		// Shared memory with the others here — and with processes a
+		// spawn may start here later, if the universe has room for any.
 		ep.local = ep.node
 	}
-	if len(remote) > 0 {
-		if ep.opts.provider == "shm" {
+	if len(remote) > 0 || ep.opts.provider == "verbs" && ep.size > ep.jobSize {
+		// (Forced, verbs is ready for the processes a spawn may add.)
+		if len(remote) > 0 && ep.opts.provider == "shm" {
 			return fmt.Errorf("fabric: world rank %d is on another node, and the shm provider was chosen: %w", remote[0], ErrNoRoute)
 		}
 		v, err := newVerbsProvider(rdma.Config{Device: ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), QP: ep.opts.qpConfig(),
-			Me: ep.rank, Size: ep.size, Peers: remote, Mem: &ep.mem}, ep.e, ep.opts.sources&SourceCompletion != 0)
-		if err != nil {
+			Me: ep.rank, Size: ep.size, Peers: remote, Spare: ep.size - ep.jobSize, Mem: &ep.mem}, ep.e, ep.opts.sources&SourceCompletion != 0)
+		if err != nil && len(remote) > 0 {
 			return fmt.Errorf("%w (world rank %d is reached over verbs)", err, remote[0])
+		}
+		if err != nil {
+			return err
 		}
 		ep.verbs = v
 		if err := b.Put(ctx, "verbs", v.Address()); err != nil {
 			return err
 		}
 	}
-	if len(ep.local) > 1 {
-		sp, err := newShmSegment(segmentPrefix(b), ep.rank, len(ep.local), ep.opts.shmPipe)
+	if len(ep.local) > 0 {
+		// A ring per world rank of the universe; their length is for
+		// the processes this node may come to hold.
+		sp, err := newShmSegment(segmentPrefix(b), ep.rank, ep.size, shmseg.Cells(len(ep.local)+ep.size-ep.jobSize), ep.opts.shmPipe)
 		if err != nil {
 			return err
 		}
@@ -347,6 +386,7 @@ func (ep *Endpoint) unlinkWhenMapped(ctx context.Context) error {
 		if r == ep.rank {
 			continue
 		}
+		r := w.fromWorld(r)
 		reqs = append(reqs, w.irecv(nil, r, tagConnect, w.ctxMgmt()), w.isend(nil, r, tagConnect, w.ctxMgmt()))
 	}
 	if err := WaitAll(ctx, reqs, nil); err != nil {
@@ -362,6 +402,10 @@ func (ep *Endpoint) logRoutes(w io.Writer) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rivet: rank %d (%s):", ep.rank, ep.boot.Launcher())
 	for r := 0; r < ep.size; {
+		if ep.Provider(r) == "" {
+			r++
+			continue
+		}
 		name := ep.Provider(r)
 		if name == "verbs" {
 			name += "(" + ep.Device() + ")"

@@ -103,7 +103,7 @@ func share(n, elem, ix, p int) (lo, hi int) {
 
 // stage is the buffer chunk g uses in the segment of local process ix.
 func (s *shmProvider) stage(ix int, g uint64) []byte {
-	off := shmseg.StageOff(len(s.Local())) + int(g&1)*shmseg.Chunk
+	off := s.StageOff() + int(g&1)*shmseg.Chunk
 	return s.SegOf(ix)[off : off+shmseg.Chunk : off+shmseg.Chunk]
 }
 

@@ -35,7 +35,7 @@ func (ep *Endpoint) Node(w int) int {
 // is what shares memory: two slurmd daemons on one host are two launch
 // nodes and one Node.
 func (ep *Endpoint) LaunchNode(w int) (node int, ok bool) {
-	if w < 0 || w >= len(ep.launchNode) {
+	if w < 0 || w >= len(ep.launchNode) || ep.launchNode[w] < 0 {
 		return -1, false
 	}
 	return ep.launchNode[w], true
@@ -55,9 +55,13 @@ func (ep *Endpoint) learnLaunchNodes(ctx context.Context) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("fabric: where the launcher placed the ranks: %w", err)
-	case len(nodes) != ep.size:
-		return fmt.Errorf("fabric: the launcher placed %d ranks in a job of %d", len(nodes), ep.size)
+	case len(nodes) != ep.jobSize:
+		return fmt.Errorf("fabric: the launcher placed %d ranks in a job of %d", len(nodes), ep.jobSize)
 	}
-	ep.launchNode = nodes
+	ep.launchNode = make([]int, ep.size)
+	for w := range ep.launchNode {
+		ep.launchNode[w] = -1
+	}
+	copy(ep.launchNode[ep.base:], nodes)
 	return nil
 }

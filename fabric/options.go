@@ -32,6 +32,7 @@ import (
 //	RIVET_FT_HEARTBEAT      WithHeartbeat (a duration, or 0 for none)
 //	RIVET_FT_SOURCES        WithFailureSources ("heartbeat,pidfd", "all", "none")
 //	RIVET_FT_QUORUM=off     WithQuorum(false)
+//	RIVET_UNIVERSE_SIZE     WithUniverse
 type Option func(*options)
 
 type options struct {
@@ -46,6 +47,7 @@ type options struct {
 	beat     time.Duration // the heartbeat's period, 0 for none
 	sources  Source        // where failures are learned from
 	quorum   bool          // WithQuorum
+	universe int           // WithUniverse
 	// The verbs queue pairs' transport timeout (exponent) and retry count;
 	// 0 means the fabric's default (vTimeout, verbs.DefaultRetryCount).
 	qpTimeout uint8
@@ -154,6 +156,13 @@ func buildOptions(opts []Option) (options, error) {
 		o.quorum = false
 	default:
 		return o, fmt.Errorf("%w: RIVET_FT_QUORUM=%q (want on or off)", ErrInvalid, v)
+	}
+	if v := os.Getenv(UniverseEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("%w: %s=%q (want a number of processes)", ErrInvalid, UniverseEnv, v)
+		}
+		o.universe = n
 	}
 	if v := os.Getenv("RIVET_FT_SOURCES"); v != "" {
 		s, err := ParseSources(v)

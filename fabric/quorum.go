@@ -59,6 +59,9 @@ func (e *engine) checkQuorum() {
 func quorum(nodeOf []int, me int, failed func(int) bool) (seen, nodes int, ok bool) {
 	var alive []bool
 	for w, n := range nodeOf {
+		if n < 0 {
+			continue // not (yet) in the universe
+		}
 		for n >= len(alive) {
 			alive = append(alive, false)
 		}

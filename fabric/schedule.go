@@ -69,7 +69,7 @@ const (
 // on this node, where node collectives can use shared memory directly.
 func (c *Comm) onNode() bool {
 	ep := c.ep
-	return c == ep.world && ep.shm != nil && len(ep.local) == ep.size
+	return c == ep.world && ep.shm != nil && len(ep.local) == ep.jobSize && ep.jobSize > 1
 }
 
 // nodeBarrier reports whether c can synchronize through shared memory

@@ -17,13 +17,14 @@ import (
 // work on its segments too.
 type shmProvider struct{ *shm.Provider }
 
-// newShmSegment creates this process's segment for nlocal processes.
-func newShmSegment(prefix string, rank, nlocal, pipeMax int) (*shmProvider, error) {
+// newShmSegment creates this process's segment: a ring of cells cells
+// for each of rings world ranks.
+func newShmSegment(prefix string, rank, rings, cells, pipeMax int) (*shmProvider, error) {
 	var rnd [8]byte
 	if _, err := randRead(rnd[:]); err != nil {
 		return nil, err
 	}
-	p, err := shm.New(prefix, rank, nlocal, rnd, pipeMax)
+	p, err := shm.New(prefix, rank, rings, cells, rnd, pipeMax)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)
 	}

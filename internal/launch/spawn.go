@@ -12,11 +12,11 @@ import (
 )
 
 // SpawnBaseKey is the preput key by which a spawning process names the
-// universe rank of the first process it spawns (package fabric sets it):
-// the launcher numbers the spawned processes from there — in its output
-// tags and failure notices — and refuses a spawn whose ranks are not the
-// next free ones. Without it, they are.
-const SpawnBaseKey = "rivet-universe-base"
+// world rank of the first process it spawns (pmi.UniverseBaseKey): the
+// launcher numbers the spawned processes from there — in its output tags
+// and failure notices — and refuses a spawn whose ranks are not the next
+// free ones. Without it, they are.
+const SpawnBaseKey = pmi.UniverseBaseKey
 
 // spawn serves a PMI-2 spawn request from a process of the job: the
 // processes start as a job of their own (their own key-value space,

@@ -96,6 +96,13 @@ func (c *Client) UniverseSize(ctx context.Context) int {
 // UniverseKey is the job attribute of the universe size.
 const UniverseKey = "universeSize"
 
+// UniverseBaseKey is the preput key by which a spawning process names the
+// world rank of the first process it spawns (package fabric sets it):
+// rivetrun numbers the spawned processes from there in its output tags
+// and failure notices, and refuses a spawn whose ranks are not the next
+// free ones.
+const UniverseBaseKey = "rivet-universe-base"
+
 // ErrNoSpawn means the launcher cannot spawn processes.
 var ErrNoSpawn = errors.New("pmi: the launcher does not spawn processes")
 

@@ -128,6 +128,20 @@ func (v *Provider) SetAddr(w int, b []byte) error {
 	return nil
 }
 
+// AddPeer makes world rank w, a process that joined after New (a spawn's),
+// a peer reached through this provider, at address b (its Address); with
+// the engine's lock held.
+func (v *Provider) AddPeer(w int, b []byte) error {
+	if w < 0 || w >= len(v.peers) || w == v.me || v.isPeer[w] {
+		return fmt.Errorf("verbs provider: world rank %d cannot join (a universe of %d)", w, len(v.peers))
+	}
+	if err := v.SetAddr(w, b); err != nil {
+		return err
+	}
+	v.isPeer[w] = true
+	return nil
+}
+
 // Connect starts connecting to world rank w unless that is done or under
 // way; with the engine's lock held.
 func (v *Provider) Connect(w int) {
@@ -269,11 +283,11 @@ func (v *Provider) serve(c net.Conn) {
 		return
 	}
 	w := int(req.Rank)
-	if w < 0 || w >= len(v.peers) || !v.isPeer[w] || subtle.ConstantTimeCompare(req.Token[:], v.token[:]) != 1 {
+	if w < 0 || w >= len(v.peers) || subtle.ConstantTimeCompare(req.Token[:], v.token[:]) != 1 {
 		return // not one of ours: say nothing
 	}
 	v.mu.Lock()
-	if v.closing || v.eng.Failed(w) {
+	if v.closing || !v.isPeer[w] || v.eng.Failed(w) { // (isPeer under the lock: AddPeer)
 		v.mu.Unlock()
 		return
 	}

@@ -166,8 +166,9 @@ type Config struct {
 	Device string              // the device to open ("" for the first active one)
 	QP     verbs.ConnectConfig // timeout and retry count for every queue pair
 	Me     int                 // this process's world rank
-	Size   int                 // the world's size
+	Size   int                 // the universe's size: every world rank is below it
 	Peers  []int               // world ranks reached through this provider
+	Spare  int                 // how many more a spawn may add (AddPeer)
 	Mem    Registry
 }
 
@@ -264,7 +265,7 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 	}
 	// Every completion on it is for a request in a send queue: the peers'
 	// and the loopback pair's.
-	cqe := (len(peers)+1)*vSQ + vSendSlots + vMaxOneSided
+	cqe := (len(peers)+cfg.Spare+1)*vSQ + vSendSlots + vMaxOneSided
 	if max := v.dev.Attr().MaxCQE; max > 0 && cqe > max {
 		return nil, fmt.Errorf("verbs provider: %d peers need %d completion queue entries, %s has %d", len(peers), cqe, v.dev.Name(), max)
 	}

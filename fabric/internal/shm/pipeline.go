@@ -163,7 +163,7 @@ func (s *Provider) pump() int {
 		o := s.out[st.peer]
 		for st.off < len(st.buf) {
 			k := min(Frag, len(st.buf)-st.off)
-			if !o.room(shmseg.CellsFor(k)+shmseg.CellsFor(Eager), s.cells) {
+			if !o.room(shmseg.CellsFor(k)+shmseg.CellsFor(Eager), o.cells) {
 				break
 			}
 			s.ctl = wire.Header{Kind: frameData, ID: st.id, Size: uint64(k), Addr: uint64(st.off)}

@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -68,6 +67,7 @@ type Engine interface {
 // out is this process's side of the ring it writes in a peer's segment.
 type out struct {
 	ring       shmseg.Ring
+	cells      int    // the ring's length (its segment's)
 	tail       uint64 // next sequence to write; only we write the ring
 	cachedHead uint64 // the reader's head when last looked at
 	seg        []byte
@@ -84,12 +84,14 @@ type in struct {
 // segment, whose rings its peers write, and the rings it writes in
 // theirs.
 type Provider struct {
-	path   string // our segment, until unlinked
-	seg    []byte // our segment
-	cells  int
-	local  []int        // world ranks on this node, in rank order; local index = position
-	out    []*out       // by world rank; nil for processes on other nodes
-	outs   []*out       // by local index
+	path   string   // our segment, until unlinked
+	file   *os.File // our segment, open until Close: a process that joins later opens it through /proc
+	seg    []byte   // our segment
+	rings  int      // its rings: one per world rank
+	cells  int      // its rings' length
+	local  []int    // the job's world ranks on this node, in rank order; local index = position
+	out    []*out   // by world rank; nil for processes on other nodes
+	outs   []*out   // by local index
 	in     []in         // by local index, without ourselves
 	next   int          // where the next poll starts, for fairness
 	h      wire.Header  // the frame being delivered: here, not on the stack,
@@ -106,17 +108,27 @@ type Provider struct {
 	readv   int         // messages received with process_vm_readv, likewise
 }
 
-// New creates this process's segment for nlocal processes (see
-// shmseg.Create) and the provider that will use it; Connect then maps
-// the peers'. pipeMax is the largest rendezvous message that moves by
-// pipeline (0: none).
-func New(prefix string, rank, nlocal int, rnd [8]byte, pipeMax int) (*Provider, error) {
-	path, seg, err := shmseg.Create(prefix, rank, nlocal, rnd)
+// New creates this process's segment, with a ring of cells cells for
+// each of rings world ranks (see shmseg.Create), and the provider that
+// will use it; Connect then maps the peers', and Add those of processes
+// that join later. pipeMax is the largest rendezvous message that moves
+// by pipeline (0: none).
+func New(prefix string, rank, rings, cells int, rnd [8]byte, pipeMax int) (*Provider, error) {
+	path, seg, f, err := shmseg.Create(prefix, rank, rings, cells, rnd)
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{path: path, seg: seg, cells: shmseg.Cells(nlocal), pipeMax: pipeMax}, nil
+	return &Provider{path: path, file: f, seg: seg, rings: rings, cells: cells, pipeMax: pipeMax, out: make([]*out, rings)}, nil
 }
+
+// FDPath names this process's segment for as long as the provider is
+// open, even after Unlink: its file descriptor under /proc.
+func (s *Provider) FDPath() string {
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), s.file.Fd())
+}
+
+// StageOff is where the staging area of the job's segments starts.
+func (s *Provider) StageOff() int { return shmseg.StageOff(s.rings, s.cells) }
 
 // Path is this process's segment's name, until Unlink.
 func (s *Provider) Path() string { return s.path }
@@ -143,36 +155,46 @@ func (s *Provider) SegOf(ix int) []byte {
 // many were read with process_vm_readv.
 func (s *Provider) Moved() (piped, readv int) { return s.piped, s.readv }
 
-// Connect maps the peers' segments. local lists the node's world ranks in
-// order; paths and pids are indexed like it.
+// Connect maps the segments of the job's processes on this node. local
+// lists their world ranks in order; paths and pids are indexed like it.
 func (s *Provider) Connect(me int, local []int, paths []string, pids []int) error {
 	s.local = local
-	s.out = make([]*out, slices.Max(local)+1)
 	s.outs = make([]*out, len(local))
 	for ix, w := range local {
 		if w == me {
 			s.selfIx = ix
 			continue
 		}
-		seg, err := shmseg.Open(paths[ix], len(local), s.indexOf(me))
+		o, err := s.add(me, w, paths[ix], pids[ix])
 		if err != nil {
-			return fmt.Errorf("fabric: the shared memory of rank %d: %w", w, err)
+			return err
 		}
-		o := &out{ring: shmseg.RingAt(seg, s.indexOf(me), s.cells), seg: seg, pid: pids[ix]}
-		s.out[w] = o
 		s.outs[ix] = o
-		s.in = append(s.in, in{ring: shmseg.RingAt(s.seg, ix, s.cells), world: w})
 	}
 	return nil
 }
 
-func (s *Provider) indexOf(me int) int {
-	for i, w := range s.local {
-		if w == me {
-			return i
-		}
+// Add maps the segment of world rank w, a process on this node that
+// joined after Connect (one a spawn made, or the one that spawned this
+// process), whose segment is at path (its FDPath).
+func (s *Provider) Add(me, w int, path string, pid int) error {
+	if w < 0 || w >= s.rings || w == me || s.out[w] != nil {
+		return fmt.Errorf("fabric: shared memory: world rank %d cannot join (%d rings)", w, s.rings)
 	}
-	return -1
+	_, err := s.add(me, w, path, pid)
+	return err
+}
+
+func (s *Provider) add(me, w int, path string, pid int) (*out, error) {
+	seg, cells, err := shmseg.Open(path, s.rings, me)
+	if err != nil {
+		return nil, fmt.Errorf("fabric: the shared memory of rank %d: %w", w, err)
+	}
+	o := &out{ring: shmseg.RingAt(seg, me, cells), cells: cells, seg: seg, pid: pid}
+	s.out[w] = o
+	shmseg.PopulateRing(s.seg, w, s.cells)
+	s.in = append(s.in, in{ring: shmseg.RingAt(s.seg, w, s.cells), world: w})
+	return o, nil
 }
 
 // Unlink removes our segment's name once every peer has mapped it.
@@ -191,12 +213,12 @@ func (s *Provider) Send(peer int, h *wire.Header, payload []byte) bool {
 	if frameLimit(h.Kind) == 0 {
 		payload = nil // a rendezvous peer reads the message in place
 	}
-	n := uint64(s.cells)
+	n := uint64(o.cells)
 	k := uint64(shmseg.CellsFor(len(payload)))
-	if !o.room(int(k), s.cells) {
+	if !o.room(int(k), o.cells) {
 		return false
 	}
-	c := o.ring.Cell(o.tail, s.cells)
+	c := o.ring.Cell(o.tail, o.cells)
 	h.Put(c[8:], h.Addr)
 	// The payload follows the header, straight across cell boundaries
 	// (and around the ring's end).
@@ -207,7 +229,7 @@ func (s *Provider) Send(peer int, h *wire.Header, payload []byte) bool {
 	// stale payload there reads as that frame's sequence number, clear it
 	// first: a check of a line this process wrote last, not a store the
 	// reader would have to fetch back.
-	if next := shmseg.Word(o.ring.Cell(o.tail+k, s.cells), 0); *next == o.tail+k+1 {
+	if next := shmseg.Word(o.ring.Cell(o.tail+k, o.cells), 0); *next == o.tail+k+1 {
 		*next = 0
 	}
 	atomic.StoreUint64(shmseg.Word(c, 0), o.tail+1) // publishes the frame
@@ -376,10 +398,14 @@ func (s *Provider) MarkClosed() {
 // every segment.
 func (s *Provider) Close() error {
 	s.Unlink()
-	for _, o := range s.outs {
+	for _, o := range s.out {
 		if o != nil {
 			unix.Munmap(o.seg)
 		}
+	}
+	if s.file != nil {
+		s.file.Close()
+		s.file = nil
 	}
 	s.out, s.outs, s.in = nil, nil, nil
 	s.streams, s.reads = nil, nil

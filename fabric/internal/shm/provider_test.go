@@ -18,12 +18,12 @@ import (
 // would pass for the sequence words of later laps. Every frame must come
 // out once, in order, intact — and never a phantom one.
 func TestShmRingFrames(t *testing.T) {
-	a, err := New("rivet-test", 0, 2, [8]byte{1}, 0)
+	a, err := New("rivet-test", 0, 2, shmseg.Cells(2), [8]byte{1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := New("rivet-test", 1, 2, [8]byte{2}, 0)
+	b, err := New("rivet-test", 1, 2, shmseg.Cells(2), [8]byte{2}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

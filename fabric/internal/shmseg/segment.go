@@ -45,7 +45,7 @@ const (
 // Header words (byte offsets).
 const (
 	WordMagic  = 0
-	WordLocal  = 8   // processes on the node
+	WordRings  = 8   // rings: one per process of the job's universe, by world rank
 	WordCells  = 16  // cells per ring
 	WordClosed = 64  // set to 1 by a clean Close
 	WordEpoch  = 128 // the last world barrier this process entered (its own line)
@@ -68,15 +68,15 @@ func Cells(nlocal int) int {
 	return 4096
 }
 
-// Size is a segment's length for nlocal processes.
-func Size(nlocal int) int {
-	return StageOff(nlocal) + 2*Chunk
+// Size is the length of a segment of rings rings of cells cells each.
+func Size(rings, cells int) int {
+	return StageOff(rings, cells) + 2*Chunk
 }
 
 // StageOff is where the chunked node allreduce's staging area starts,
 // after the rings.
-func StageOff(nlocal int) int {
-	return HeaderSize + nlocal*(RingHeader+Cells(nlocal)*CellSize)
+func StageOff(rings, cells int) int {
+	return HeaderSize + rings*(RingHeader+cells*CellSize)
 }
 
 // CellsFor is how many cells a frame with an n-byte payload takes.
@@ -98,6 +98,15 @@ func (r *Ring) Cell(i uint64, n int) []byte {
 // RingHeader+cells*CellSize bytes later.
 func ringOff(ix, cells int) int { return HeaderSize + ix*(RingHeader+cells*CellSize) }
 
+// PopulateRing maps in the pages of ring ix of seg: done for the rings a
+// process's peers write, before they do, so that no frame takes a page
+// fault; the rings of processes that never come (another node's, or a
+// spawn's that never happens) cost no memory.
+func PopulateRing(seg []byte, ix, cells int) {
+	off := ringOff(ix, cells)
+	populate(seg, off, off+RingHeader+cells*CellSize)
+}
+
 // RingAt is ring ix of seg, whose rings have cells cells.
 func RingAt(seg []byte, ix, cells int) Ring {
 	off := ringOff(ix, cells)
@@ -113,60 +122,72 @@ func Word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off]))
 // nameRE finds the creator's pid in a segment's name.
 var nameRE = regexp.MustCompile(`-p([0-9]+)-[0-9a-f]+$`)
 
-// Create makes this process's segment for nlocal processes, named for
-// prefix, rank, this process's pid and rnd, with mode 0600, and maps it.
-// It first sweeps the segments of dead processes.
-func Create(prefix string, rank, nlocal int, rnd [8]byte) (path string, seg []byte, err error) {
+// Create makes this process's segment of rings rings (one per process
+// of the universe, by world rank) of cells cells each, named for prefix,
+// rank, this process's pid and rnd, with mode 0600, and maps it. It
+// first sweeps the segments of dead processes. The file stays open (f):
+// a process that joins after the name is gone opens it through
+// /proc/<pid>/fd.
+func Create(prefix string, rank, rings, cells int, rnd [8]byte) (path string, seg []byte, f *os.File, err error) {
 	Sweep()
 	path = filepath.Join("/dev/shm", fmt.Sprintf("%s-r%d-p%d-%x", prefix, rank, os.Getpid(), rnd))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", nil, fmt.Errorf("shared memory: %w", err)
+		return "", nil, nil, fmt.Errorf("shared memory: %w", err)
 	}
-	defer f.Close()
-	size := Size(nlocal)
+	size := Size(rings, cells)
+	fail := func(err error) (string, []byte, *os.File, error) {
+		f.Close()
+		os.Remove(path)
+		return "", nil, nil, err
+	}
 	if err := f.Truncate(int64(size)); err != nil {
-		os.Remove(path)
-		return "", nil, fmt.Errorf("shared memory %s: %w", path, err)
+		return fail(fmt.Errorf("shared memory %s: %w", path, err))
 	}
-	seg, err = unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	seg, err = unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		os.Remove(path)
-		return "", nil, fmt.Errorf("mapping %s: %w", path, os.NewSyscallError("mmap", err))
+		return fail(fmt.Errorf("mapping %s: %w", path, os.NewSyscallError("mmap", err)))
 	}
-	binary.LittleEndian.PutUint64(seg[WordLocal:], uint64(nlocal))
-	binary.LittleEndian.PutUint64(seg[WordCells:], uint64(Cells(nlocal)))
+	populate(seg, 0, HeaderSize)
+	populate(seg, StageOff(rings, cells), len(seg))
+	binary.LittleEndian.PutUint64(seg[WordRings:], uint64(rings))
+	binary.LittleEndian.PutUint64(seg[WordCells:], uint64(cells))
 	atomic.StoreUint64(Word(seg, WordMagic), Magic)
-	return path, seg, nil
+	return path, seg, f, nil
 }
 
-// Open maps a peer's segment and checks that it is one, made for nlocal
-// processes, for the process with local index ix: only the parts that
-// process touches are mapped in at once — the header, ring ix (the one
-// it writes) and the staging area. The other rings stay out of its page
-// tables: every page mapped in is a page the kernel unmaps when the
-// process exits, and with each process mapping every segment of the node
-// a process killed on a busy node of eight took 2.5 ms to be torn down,
-// which is most of the time until its peers learn of it (docs/ft.md).
-func Open(path string, nlocal, ix int) ([]byte, error) {
+// Open maps a peer's segment and checks that it is one of rings rings,
+// for the process of world rank ix, and returns it with its rings' length
+// in cells. Only the parts that process touches are mapped in at once —
+// the header, ring ix (the one it writes) and the staging area. The other
+// rings stay out of its page tables: every page mapped in is a page the
+// kernel unmaps when the process exits, and with each process mapping
+// every segment of the node a process killed on a busy node of eight took
+// 2.5 ms to be torn down, which is most of the time until its peers learn
+// of it (docs/ft.md).
+func Open(path string, rings, ix int) ([]byte, int, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	seg, err := unix.Mmap(int(f.Fd()), 0, Size(nlocal), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	f.Close()
+	defer f.Close()
+	head, err := unix.Mmap(int(f.Fd()), 0, HeaderSize, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
+		return nil, 0, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
 	}
-	ring := ringOff(ix, Cells(nlocal))
+	magic, n, cells := atomic.LoadUint64(Word(head, WordMagic)), binary.LittleEndian.Uint64(head[WordRings:]), int(binary.LittleEndian.Uint64(head[WordCells:]))
+	unix.Munmap(head)
+	if magic != Magic || n != uint64(rings) || cells < 1 || cells > 1<<20 || ix < 0 || ix >= rings {
+		return nil, 0, fmt.Errorf("not a segment of %d rings (it has %d of %d cells) for ring %d", rings, n, cells, ix)
+	}
+	seg, err := unix.Mmap(int(f.Fd()), 0, Size(rings, cells), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, 0, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
+	}
 	populate(seg, 0, HeaderSize)
-	populate(seg, ring, ring+RingHeader+Cells(nlocal)*CellSize)
-	populate(seg, StageOff(nlocal), len(seg))
-	if atomic.LoadUint64(Word(seg, WordMagic)) != Magic || binary.LittleEndian.Uint64(seg[WordLocal:]) != uint64(nlocal) {
-		unix.Munmap(seg)
-		return nil, fmt.Errorf("not a segment for %d processes", nlocal)
-	}
-	return seg, nil
+	PopulateRing(seg, ix, cells)
+	populate(seg, StageOff(rings, cells), len(seg))
+	return seg, cells, nil
 }
 
 // populate maps in the pages of seg[from:to], writable, so that the

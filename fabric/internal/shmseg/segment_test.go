@@ -14,62 +14,79 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestCreateOpen: a created segment opens for the same number of
-// processes and is refused for another; its rings and staging area lie
-// inside it, apart.
+// TestCreateOpen: a created segment opens for the same number of rings
+// — by its path, or through /proc/<pid>/fd once the name is gone — with
+// its ring length, and is refused for another number or a ring past the
+// end; its rings and staging area lie inside it, apart.
 func TestCreateOpen(t *testing.T) {
-	path, seg, err := Create("rivet-shmseg-test", 0, 3, [8]byte{1})
+	cells := Cells(3)
+	path, seg, f, err := Create("rivet-shmseg-test", 0, 3, cells, [8]byte{1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(path)
+	defer f.Close()
 	defer unix.Munmap(seg)
-	if len(seg) != Size(3) {
-		t.Errorf("segment of %d bytes, want %d", len(seg), Size(3))
+	if len(seg) != Size(3, cells) {
+		t.Errorf("segment of %d bytes, want %d", len(seg), Size(3, cells))
 	}
-	peer, err := Open(path, 3, 1)
-	if err != nil {
-		t.Fatal(err)
+	peer, got, err := Open(path, 3, 1)
+	if err != nil || got != cells {
+		t.Fatalf("open: %d cells, %v", got, err)
 	}
 	unix.Munmap(peer)
-	if _, err := Open(path, 4, 1); err == nil || !strings.Contains(err.Error(), "not a segment for 4 processes") {
-		t.Errorf("opened for 4 processes: %v", err)
+	os.Remove(path)
+	peer, _, err = Open("/proc/"+strconv.Itoa(os.Getpid())+"/fd/"+strconv.Itoa(int(f.Fd())), 3, 2)
+	if err != nil {
+		t.Fatalf("open through /proc: %v", err)
 	}
-	last := RingAt(seg, 2, Cells(3))
+	unix.Munmap(peer)
+	for _, c := range []struct{ rings, ix int }{{4, 1}, {3, 3}, {3, -1}} {
+		if _, _, err := Open("/proc/"+strconv.Itoa(os.Getpid())+"/fd/"+strconv.Itoa(int(f.Fd())), c.rings, c.ix); err == nil || !strings.Contains(err.Error(), "not a segment of") {
+			t.Errorf("opened as %d rings for ring %d: %v", c.rings, c.ix, err)
+		}
+	}
+	last := RingAt(seg, 2, cells)
 	// The last ring's cells end where the staging area starts: cap runs
 	// from its first cell to the segment's end.
-	if tail := cap(last.Cells) - len(last.Cells); tail != Size(3)-StageOff(3) {
-		t.Errorf("after the last ring: %d bytes, want the staging area's %d", tail, Size(3)-StageOff(3))
+	if tail := cap(last.Cells) - len(last.Cells); tail != Size(3, cells)-StageOff(3, cells) {
+		t.Errorf("after the last ring: %d bytes, want the staging area's %d", tail, Size(3, cells)-StageOff(3, cells))
 	}
 	if CellsFor(0) != 1 || CellsFor(CellSize-CellHeader) != 1 || CellsFor(CellSize-CellHeader+1) != 2 {
 		t.Error("CellsFor miscounts")
 	}
 }
 
-// TestOpenMapsWhatItUses: a peer's segment is mapped in only where the
-// opening process will touch it — the header, the ring it writes, the
-// staging area — so that its exit has fewer pages to unmap.
+// TestOpenMapsWhatItUses: a segment is mapped in only where it is used:
+// its owner's, the header, the staging area and the rings PopulateRing
+// names (those of peers that exist); a peer's, where the opening process
+// will touch it — the header, the ring it writes, the staging area — so
+// that its exit has fewer pages to unmap.
 func TestOpenMapsWhatItUses(t *testing.T) {
 	const n = 8
-	path, seg, err := Create("rivet-shmseg-test", 0, n, [8]byte{2})
+	cells := Cells(n)
+	path, seg, f, err := Create("rivet-shmseg-test", 0, n, cells, [8]byte{2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(path)
+	defer f.Close()
 	defer unix.Munmap(seg)
 	page := os.Getpagesize()
 	pages := func(from, to int) int { return ((to+page-1)/page - from/page) * page }
-	if got := rss(t, seg); got != pages(0, Size(n)) {
-		t.Errorf("own segment: %d bytes mapped in, want all %d", got, pages(0, Size(n)))
+	ringAt := func(ix int) int { return HeaderSize + ix*(RingHeader+cells*CellSize) }
+	PopulateRing(seg, 5, cells)
+	if got, want := rss(t, seg), pages(0, HeaderSize)+pages(ringAt(5), ringAt(6))+pages(StageOff(n, cells), Size(n, cells)); got != want {
+		t.Errorf("own segment: %d bytes mapped in, want %d (header, ring 5, staging area)", got, want)
 	}
-	peer, err := Open(path, n, 3)
+	peer, _, err := Open(path, n, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(peer)
-	ring := RingAt(peer, 3, Cells(n))
-	from := HeaderSize + 3*(RingHeader+Cells(n)*CellSize)
-	want := pages(0, HeaderSize) + pages(from, from+RingHeader+len(ring.Cells)) + pages(StageOff(n), Size(n))
+	ring := RingAt(peer, 3, cells)
+	from := ringAt(3)
+	want := pages(0, HeaderSize) + pages(from, from+RingHeader+len(ring.Cells)) + pages(StageOff(n, cells), Size(n, cells))
 	if got := rss(t, peer); got != want {
 		t.Errorf("peer's segment: %d bytes mapped in, want %d (header, ring 3, staging area)", got, want)
 	}

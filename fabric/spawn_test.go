@@ -1,0 +1,133 @@
+//go:build linux
+
+package fabric
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func init() { progs.Add("spawn", progSpawn) }
+
+// progSpawn: the 2 processes of the job spawn 2 more (world ranks 2 and
+// 3 of a universe of 4) and talk to them over the intercommunicator, by
+// name and from AnySource; both sides merge it, the spawners first, and
+// pass a token around the merged ring. Spawning past the universe fails
+// everywhere alike, and spawns nothing.
+func progSpawn(ctx context.Context, ep *Endpoint) error {
+	if p := ep.Parent(); p != nil {
+		return spawnedChild(ctx, ep, p)
+	}
+	w := ep.World()
+	self, err := os.Executable()
+	must(err, "executable")
+	if ep.UniverseSize() != 4 {
+		failf("universe %d, want 4", ep.UniverseSize())
+	}
+	ic, err := w.Spawn(ctx, 0, self, []string{"-test.run=^$"}, 2)
+	must(err, "spawn")
+	if !ic.IsInter() || ic.Size() != 2 || !slices.Equal(ic.RemoteGroup().Members(), []int{2, 3}) || !ic.LocalFirst() {
+		failf("spawned: size %d, remote %v, local first %v", ic.Size(), ic.RemoteGroup().Members(), ic.LocalFirst())
+	}
+	for _, p := range []int{2, 3} {
+		if got := ep.Provider(p); got != "shm" && got != "verbs" {
+			failf("world rank %d is reached by %q", p, got)
+		}
+	}
+	crossTalk(ctx, ic, w.Rank())
+	m, err := ic.Merge(ctx, false)
+	must(err, "merge")
+	ring(ctx, m, []int{0, 1, 2, 3})
+	must(m.Free(), "free the merged communicator")
+	// The universe is full: the root refuses, and the others hear it.
+	if _, err := w.Spawn(ctx, 1, self, nil, 1); err == nil || w.Rank() == 1 && !errors.Is(err, ErrNotSupported) {
+		failf("a spawn past the universe: %v", err)
+	}
+	return ic.Free()
+}
+
+// spawnedChild is a spawned process's side of progSpawn.
+func spawnedChild(ctx context.Context, ep *Endpoint, p *Comm) error {
+	w := ep.World()
+	if w.Size() != 2 || !slices.Equal(w.Group().Members(), []int{2, 3}) || ep.UniverseSize() != 4 {
+		failf("spawned world %v, universe %d", w.Group().Members(), ep.UniverseSize())
+	}
+	if !p.IsInter() || p.Size() != 2 || p.LocalFirst() || !slices.Equal(p.RemoteGroup().Members(), []int{0, 1}) {
+		failf("parent: size %d, remote %v, local first %v", p.Size(), p.RemoteGroup().Members(), p.LocalFirst())
+	}
+	crossTalk(ctx, p, w.Group().Members()[w.Rank()])
+	m, err := p.Merge(ctx, true)
+	must(err, "merge")
+	ring(ctx, m, []int{0, 1, 2, 3})
+	return m.Free()
+}
+
+// crossTalk: every process sends its world rank to every remote rank and
+// receives from each by name, then sends to remote rank 0, which takes
+// them from AnySource.
+func crossTalk(ctx context.Context, ic *Comm, me int) {
+	theirs := ic.RemoteGroup().Members()
+	var buf [8]byte
+	for r := range ic.RemoteSize() {
+		binary.LittleEndian.PutUint64(buf[:], uint64(me))
+		must(ic.Send(ctx, buf[:], r, 1), "send across")
+	}
+	for r := range ic.RemoteSize() {
+		st, err := ic.Recv(ctx, buf[:], r, 1)
+		must(err, "receive across")
+		if got := int(binary.LittleEndian.Uint64(buf[:])); got != theirs[r] || st.Source != r {
+			failf("from remote rank %d: %d, source %d", r, got, st.Source)
+		}
+	}
+	binary.LittleEndian.PutUint64(buf[:], uint64(me))
+	must(ic.Send(ctx, buf[:], 0, 2), "send to remote rank 0")
+	if ic.Rank() == 0 {
+		for range ic.RemoteSize() {
+			st, err := ic.Recv(ctx, buf[:], AnySource, 2)
+			must(err, "receive from any source")
+			if got := int(binary.LittleEndian.Uint64(buf[:])); theirs[st.Source] != got {
+				failf("any source: %d from source %d", got, st.Source)
+			}
+		}
+	}
+}
+
+// ring checks m's members and passes a token around it.
+func ring(ctx context.Context, m *Comm, want []int) {
+	if !slices.Equal(m.Group().Members(), want) {
+		failf("merged %v, want %v", m.Group().Members(), want)
+	}
+	n, r := m.Size(), m.Rank()
+	got := make([]byte, 1)
+	_, err := m.Sendrecv(ctx, []byte{byte(r)}, (r+1)%n, 3, got, (r+n-1)%n, 3)
+	must(err, "ring")
+	if int(got[0]) != (r+n-1)%n {
+		failf("ring: %d from %d", got[0], (r+n-1)%n)
+	}
+}
+
+// TestSpawn runs progSpawn under rivetrun's engine, over shared memory on
+// the host and verbs in the VM: the two spawned processes finish too.
+func TestSpawn(t *testing.T) {
+	for _, way := range []string{"shm", "verbs"} {
+		t.Run(way, func(t *testing.T) {
+			env := append(providerEnv(t, way), UniverseEnv+"=4")
+			out, errs, st := runJob(t, 2, "spawn", false, env...)
+			if st != 0 {
+				t.Fatalf("status %d\n%s\n%s", st, out, errs)
+			}
+			for _, want := range []string{"[0] rank 0 ok", "[1] rank 1 ok", "[2] rank 0 ok", "[3] rank 1 ok"} {
+				if !strings.Contains(out, want) {
+					t.Fatalf("%q missing\n%s\n%s", want, out, errs)
+				}
+			}
+			t.Log(strings.TrimSpace(fmt.Sprint(errs)))
+		})
+	}
+}
