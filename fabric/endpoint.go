@@ -32,25 +32,25 @@ var testHookBeforeUnlink func(*Endpoint)
 // Endpoint is this process's place in a job: its bootstrap, providers and
 // matching engine, and the world and self communicators.
 type Endpoint struct {
-	boot  bootstrap.Bootstrap // its ranks are world ranks (see offsetBoot)
-	e     *engine
-	rank  int // world rank
-	size  int // the universe's size: every world rank is below it
+	boot bootstrap.Bootstrap // its ranks are world ranks (see offsetBoot)
+	e    *engine
+	rank int // world rank
+	size int // the universe's size: every world rank is below it
 	// base is the world rank of the job's first process, and jobSize the
 	// job's size: a job a launcher started has base 0, one a spawn
 	// started the ranks after its spawners' (spawn.go).
 	base, jobSize int
-	opts  options
-	shm   *shmProvider
-	verbs *verbsProvider
-	mem   memRegistry
-	world *Comm
-	self  *Comm
-	node  []int // world ranks on this node
+	opts          options
+	shm           *shmProvider
+	verbs         *verbsProvider
+	mem           memRegistry
+	world         *Comm
+	self          *Comm
+	node          []int // world ranks on this node
 	// nodeOf is the node of every world rank; launchNode the launcher's
 	// node of every world rank, nil if the launcher does not say.
 	nodeOf, launchNode []int
-	local              []int // the job's world ranks sharing memory through shm (empty without shm)
+	local              []int          // the job's world ranks sharing memory through shm (empty without shm)
 	nodeKeys           map[string]int // node index by node key (see nodeKey)
 	parentInfo         *spawnInfo     // how this job was spawned; nil if a launcher started it
 	parent             *Comm          // the intercommunicator to the spawners (Parent)

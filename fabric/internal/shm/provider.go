@@ -84,14 +84,14 @@ type in struct {
 // segment, whose rings its peers write, and the rings it writes in
 // theirs.
 type Provider struct {
-	path   string   // our segment, until unlinked
-	file   *os.File // our segment, open until Close: a process that joins later opens it through /proc
-	seg    []byte   // our segment
-	rings  int      // its rings: one per world rank
-	cells  int      // its rings' length
-	local  []int    // the job's world ranks on this node, in rank order; local index = position
-	out    []*out   // by world rank; nil for processes on other nodes
-	outs   []*out   // by local index
+	path   string       // our segment, until unlinked
+	file   *os.File     // our segment, open until Close: a process that joins later opens it through /proc
+	seg    []byte       // our segment
+	rings  int          // its rings: one per world rank
+	cells  int          // its rings' length
+	local  []int        // the job's world ranks on this node, in rank order; local index = position
+	out    []*out       // by world rank; nil for processes on other nodes
+	outs   []*out       // by local index
 	in     []in         // by local index, without ourselves
 	next   int          // where the next poll starts, for fairness
 	h      wire.Header  // the frame being delivered: here, not on the stack,
