@@ -312,6 +312,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if err := ep.connectVerbs(ctx, remote); err != nil {
 		return err
 	}
+	ep.e.all = nil // (the routes are set)
 	if len(ep.node) > 1 {
 		if len(ep.node) > nodeCPUs() {
 			// Oversubscribed: yield almost at once, and keep the Go

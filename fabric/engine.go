@@ -80,6 +80,9 @@ type engine struct {
 	// nodeOf is the node of every world rank when quorum is on (a job
 	// across nodes, WithQuorum): see checkQuorum.
 	nodeOf []int
+	// all caches joined(): the world ranks with a route, reset when one
+	// joins.
+	all []int
 }
 
 func newEngine(me, size int) *engine {

@@ -3,6 +3,8 @@
 package fabric
 
 import (
+	"slices"
+
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
 )
 
@@ -49,15 +51,33 @@ func neighbours(me, n int, failed func(int) bool) []int {
 }
 
 // spread tells this process's neighbours that world rank w failed; with
-// e.mu held.
+// e.mu held. The graph is over the processes this one reaches — the job's
+// and those spawns joined to it — in world rank order.
 func (e *engine) spread(w int) {
-	for _, t := range neighbours(e.me, len(e.failed), func(r int) bool { return e.failed[r] != nil }) {
+	joined := e.joined()
+	me := slices.Index(joined, e.me)
+	for _, i := range neighbours(me, len(joined), func(i int) bool { return e.failed[joined[i]] != nil }) {
+		t := joined[i]
 		e.nh = wire.Header{Kind: wire.Notice, Tag: wire.NoticeFailed, Src: int32(w)}
 		e.sendCtl(t, &e.nh)
 		if testHookNoticeSent != nil {
 			testHookNoticeSent(t)
 		}
 	}
+}
+
+// joined lists the world ranks this process reaches, itself included,
+// in order; with e.mu held.
+func (e *engine) joined() []int {
+	if e.all != nil {
+		return e.all
+	}
+	for w, p := range e.route {
+		if p != nil {
+			e.all = append(e.all, w)
+		}
+	}
+	return e.all
 }
 
 // testHookNoticeSent lets tests kill a process in the middle of a

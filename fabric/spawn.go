@@ -100,6 +100,13 @@ func spawnedBy(ctx context.Context, b bootstrap.Bootstrap) (*spawnInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The launcher may number the processes itself (rivetrun: from the
+	// next rank free, past processes spawned that never joined).
+	if v, err := sp.Preput(ctx, pmi.UniverseBaseKey); err == nil {
+		if b, err := strconv.Atoi(v); err == nil && b >= info.base {
+			info.base = b
+		}
+	}
 	if info.base+b.Size() > info.universe {
 		return nil, fmt.Errorf("fabric: a spawn of %d processes from world rank %d overflows a universe of %d", b.Size(), info.base, info.universe)
 	}
@@ -156,6 +163,15 @@ func rankRange(from, n int) []int {
 		r[i] = from + i
 	}
 	return r
+}
+
+// Joined lists the world ranks this process reaches, itself included, in
+// order: its job's, and those of every job a spawn joined to it (or that
+// spawned it). A failure detector's ring runs over them.
+func (ep *Endpoint) Joined() []int {
+	ep.e.mu.Lock()
+	defer ep.e.mu.Unlock()
+	return slices.Clone(ep.e.joined())
 }
 
 // UniverseSize is how many world ranks the universe has room for: every
@@ -685,6 +701,7 @@ func (ep *Endpoint) joinSpawned(local []int, ours, theirs []*record, first bool)
 			return nil, err
 		}
 	}
+	e.all = nil // (joined anew)
 	e.mu.Unlock()
 	return ep.makeInter(local, remote, first, &and, gen)
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,6 +63,7 @@ type Options struct {
 // its heartbeat stops.
 type Detector struct {
 	ep   *fabric.Endpoint
+	me   int // this process's world rank
 	o    Options
 	stop chan struct{}
 	done chan struct{}
@@ -106,8 +108,8 @@ func Start(ctx context.Context, ep *fabric.Endpoint, o Options) (*Detector, erro
 		return nil, fmt.Errorf("ft: detector timeout %v, tick %v, grace %v, stalled after %v, unconfirmed %v with a %v heartbeat: %w",
 			o.Timeout, o.Tick, o.Grace, o.StalledAfter, o.Unconfirmed, period, fabric.ErrInvalid)
 	}
-	d := &Detector{ep: ep, o: o, stop: make(chan struct{}), done: make(chan struct{}), observing: -1}
-	me := ep.World().Rank()
+	me := ep.World().Group().Members()[ep.World().Rank()]
+	d := &Detector{ep: ep, o: o, stop: make(chan struct{}), done: make(chan struct{}), observing: -1, me: me}
 	obs := d.next(me)
 	gctx, cancel := context.WithTimeout(ctx, o.Grace)
 	defer cancel()
@@ -161,13 +163,21 @@ func (d *Detector) Observing() int {
 }
 
 // next is the nearest predecessor of world rank from (not from itself)
-// that is not known failed or stopped, or -1 when there is none but this
-// process.
+// among the processes this one reaches (its job's, and those a spawn
+// joined) that is not known failed or stopped, or -1 when there is none
+// but this process.
 func (d *Detector) next(from int) int {
 	ep := d.ep
-	n, me := ep.World().Size(), ep.World().Rank()
-	for i := 1; i < n; i++ {
-		w := ((from-i)%n + n) % n
+	joined, me := ep.Joined(), d.me
+	n := len(joined)
+	at := slices.Index(joined, from)
+	if at < 0 {
+		// from is not reached (cannot happen for a process's own rank):
+		// start from its place in the order.
+		at, _ = slices.BinarySearch(joined, from)
+	}
+	for i := 1; i <= n; i++ {
+		w := joined[((at-i)%n+n)%n]
 		if w == me {
 			return -1
 		}
@@ -187,7 +197,7 @@ func (d *Detector) setObserving(w int) {
 func (d *Detector) run(obs int) {
 	defer close(d.done)
 	ep := d.ep
-	me := ep.World().Rank()
+	me := d.me
 	t := time.NewTicker(d.o.Tick)
 	defer t.Stop()
 	// deadline fires when the silence reaches Timeout between two ticks.
@@ -209,6 +219,18 @@ func (d *Detector) run(obs int) {
 		case now = <-deadline.C:
 		}
 		deadline.Stop()
+		if w := d.next(me); w != obs && (obs < 0 || ep.State(obs) == fabric.Alive || ep.State(obs) == fabric.Stalled) {
+			// The ring changed under this process — a spawn joined
+			// processes between it and the one it watched: watch its
+			// new predecessor, afresh. (One known failed or stopped is
+			// left below, with its stall cleared.)
+			if obs >= 0 {
+				ep.SetStalled(obs, false)
+			}
+			obs = w
+			d.setObserving(obs)
+			s.restart(now)
+		}
 		if obs < 0 {
 			s.prev = now
 			continue

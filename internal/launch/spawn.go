@@ -11,11 +11,13 @@ import (
 	"github.com/rivet-hpc/rivet/internal/pmi"
 )
 
-// SpawnBaseKey is the preput key by which a spawning process names the
-// world rank of the first process it spawns (pmi.UniverseBaseKey): the
-// launcher numbers the spawned processes from there — in its output tags
-// and failure notices — and refuses a spawn whose ranks are not the next
-// free ones. Without it, they are.
+// SpawnBaseKey is the preput key by which a spawning process proposes the
+// world rank of the first process it spawns (pmi.UniverseBaseKey). The
+// launcher numbers the spawned processes from the next rank free — its
+// output tags and failure notices name them so — which is the one
+// proposed unless processes the spawner did not know of (spawned but
+// never joined) took it; the spawned job finds the number the launcher
+// chose under the same key.
 const SpawnBaseKey = pmi.UniverseBaseKey
 
 // spawn serves a PMI-2 spawn request from a process of the job: the
@@ -40,7 +42,7 @@ func (j *job) spawn(ctx context.Context, from int, req pmi.SpawnRequest) (string
 	jobid := j.jobid + "-spawn" + strconv.Itoa(j.spawns)
 	j.ftMu.Unlock()
 	if v, ok := req.Preput[SpawnBaseKey]; ok {
-		if b, err := strconv.Atoi(v); err != nil || b != next {
+		if b, err := strconv.Atoi(v); err != nil || b > next {
 			return "", fmt.Errorf("rivetrun: spawn: the spawned processes would be ranks %s on, but the next free rank is %d", v, next)
 		}
 	}
@@ -49,6 +51,9 @@ func (j *job) spawn(ctx context.Context, from int, req pmi.SpawnRequest) (string
 	child.Universe = j.Universe
 	for k, v := range req.Preput {
 		child.Preput(k, v)
+	}
+	if _, ok := req.Preput[SpawnBaseKey]; ok {
+		child.Preput(SpawnBaseKey, strconv.Itoa(next))
 	}
 	// The main loop makes room for their exits first.
 	select {

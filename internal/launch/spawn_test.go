@@ -41,8 +41,8 @@ func spawnProc() int {
 		self, _ := os.Executable()
 		id, err := c.Spawn(ctx, []pmi.SpawnCmd{{Path: self, N: 2}}, map[string]string{"greeting": "hello", SpawnBaseKey: "2"})
 		fmt.Printf("spawn: %s %v\n", id, err)
-		_, err = c.Spawn(ctx, []pmi.SpawnCmd{{Path: self, N: 1}}, map[string]string{SpawnBaseKey: "3"})
-		fmt.Printf("spawn with a taken base: %v\n", err)
+		_, err = c.Spawn(ctx, []pmi.SpawnCmd{{Path: self, N: 1}}, map[string]string{SpawnBaseKey: "9"})
+		fmt.Printf("spawn past the next free rank: %v\n", err)
 		_, err = c.Spawn(ctx, []pmi.SpawnCmd{{Path: "/nonexistent/program", N: 1}}, nil)
 		fmt.Printf("spawn of nothing: %v\n", err)
 	}
@@ -80,7 +80,7 @@ func TestSpawn(t *testing.T) {
 		for _, want := range []string{
 			"[2] spawned rank 0 of 2 by rivet-", "[3] spawned rank 1 of 2 by rivet-", `"hello" <nil>`,
 			"[0] spawn: rivet-", "-spawn1 <nil>",
-			"[0] spawn with a taken base: pmi: spawn: pmi: spawn-response failed: rc=1 rivetrun: spawn: the spawned processes would be ranks 3 on, but the next free rank is 4",
+			"[0] spawn past the next free rank: pmi: spawn: pmi: spawn-response failed: rc=1 rivetrun: spawn: the spawned processes would be ranks 9 on, but the next free rank is 4",
 			"[0] spawn of nothing: pmi: spawn: pmi: spawn-response failed: rc=1 rivetrun: spawn: exec",
 		} {
 			if !strings.Contains(out.String(), want) {
