@@ -232,9 +232,24 @@ func (c *Comm) SpawnMultiple(ctx context.Context, root int, cmds []SpawnCmd) (*C
 
 	// The root spawns and meets the children; the members hear how it went.
 	var theirs []byte
+	// The children join only if the root's Spawn succeeds (MPI 4.1
+	// §16.2.4): their rank 0 waits for its word, which the root gives as
+	// it returns.
+	var children net.Conn
+	succeeded := false
+	defer func() {
+		if children != nil {
+			word := []byte{0}
+			if succeeded {
+				word[0] = 1
+			}
+			children.Write(word)
+			children.Close()
+		}
+	}()
 	if c.rank == root {
 		var rerr error
-		theirs, rerr = c.spawnRoot(ctx, cmds, ours, all)
+		theirs, children, rerr = c.spawnRoot(ctx, cmds, ours, all)
 		var n [8]byte
 		binary.LittleEndian.PutUint64(n[:], uint64(len(theirs)))
 		var reqs []Request
@@ -248,6 +263,9 @@ func (c *Comm) SpawnMultiple(ctx context.Context, root int, cmds []SpawnCmd) (*C
 		}
 		if err := WaitAll(ctx, reqs, nil); rerr == nil && err != nil {
 			rerr = err
+		}
+		if rerr == nil && testHookSpawnRoot != nil {
+			testHookSpawnRoot()
 		}
 		if rerr != nil {
 			return nil, rerr
@@ -264,7 +282,9 @@ func (c *Comm) SpawnMultiple(ctx context.Context, root int, cmds []SpawnCmd) (*C
 	if err != nil {
 		return nil, err
 	}
-	return ep.joinSpawned(c.ranks, ours, kids, true)
+	ic, err := ep.joinSpawned(c.ranks, ours, kids, true)
+	succeeded = err == nil
+	return ic, err
 }
 
 // The internal tags of a spawn, on the spawning communicator's (or the
@@ -297,18 +317,28 @@ func (c *Comm) recvSized(ctx context.Context, src, lenTag, tag int) ([]byte, err
 	return b, nil
 }
 
+// testHookSpawned, if set, runs at a spawn's root once the launcher has
+// started the children, before they dial in.
+var testHookSpawned func()
+
+// testHookSpawnRoot, if set, runs at a spawn's root once the members have
+// the children's records, before the children hear that the spawn
+// succeeded: tests kill the root there.
+var testHookSpawnRoot func()
+
 // spawnRoot spawns cmds, waits for the children's rank 0 to dial in,
-// trades the records and returns the children's.
-func (c *Comm) spawnRoot(ctx context.Context, cmds []SpawnCmd, ours []*record, raw [][]byte) ([]byte, error) {
+// trades the records and returns the children's, and the connection on
+// which the children wait for the root's last word.
+func (c *Comm) spawnRoot(ctx context.Context, cmds []SpawnCmd, ours []*record, raw [][]byte) (_ []byte, _ net.Conn, err error) {
 	ep := c.ep
 	sp, ok := ep.boot.(bootstrap.Spawner)
 	if !ok {
-		return nil, fmt.Errorf("fabric: spawn: the launcher (%s) does not spawn processes: %w", ep.boot.Launcher(), ErrNotSupported)
+		return nil, nil, fmt.Errorf("fabric: spawn: the launcher (%s) does not spawn processes: %w", ep.boot.Launcher(), ErrNotSupported)
 	}
 	total := 0
 	for _, cmd := range cmds {
 		if cmd.N < 1 || cmd.Path == "" {
-			return nil, fmt.Errorf("%w: spawn of %d processes of %q", ErrInvalid, cmd.N, cmd.Path)
+			return nil, nil, fmt.Errorf("%w: spawn of %d processes of %q", ErrInvalid, cmd.N, cmd.Path)
 		}
 		total += cmd.N
 	}
@@ -317,47 +347,54 @@ func (c *Comm) spawnRoot(ctx context.Context, cmds []SpawnCmd, ours []*record, r
 		base = max(base, r.next)
 	}
 	if base+total > ep.size {
-		return nil, fmt.Errorf("fabric: spawn: %d more processes from world rank %d do not fit a universe of %d (WithUniverse, rivetrun -universe, mpiexec -usize): %w",
+		return nil, nil, fmt.Errorf("fabric: spawn: %d more processes from world rank %d do not fit a universe of %d (WithUniverse, rivetrun -universe, mpiexec -usize): %w",
 			total, base, ep.size, ErrNotSupported)
 	}
 	ln, err := net.Listen("tcp", ":0")
 	if err != nil {
-		return nil, fmt.Errorf("fabric: spawn: %w", err)
+		return nil, nil, fmt.Errorf("fabric: spawn: %w", err)
 	}
 	defer ln.Close()
 	info := spawnInfo{base: base, universe: ep.size, addrs: rendezvousAddrs(ln.Addr().(*net.TCPAddr).Port)}
 	if _, err := randRead(info.secret[:]); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	preput := map[string]string{spawnKey: info.encode(), pmi.UniverseBaseKey: strconv.Itoa(base)}
 	if _, err := sp.Spawn(ctx, cmds, preput); err != nil {
-		return nil, fmt.Errorf("fabric: spawn: %w", err)
+		return nil, nil, fmt.Errorf("fabric: spawn: %w", err)
+	}
+	if testHookSpawned != nil {
+		testHookSpawned()
 	}
 	// The children's rank 0 dials in; the failure of any child before it
 	// does ends the wait (a launcher under -ft tells of it).
 	conn, err := ep.acceptChild(ctx, ln, base, total)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer conn.Close()
+	defer func() {
+		if err != nil {
+			conn.Close()
+		}
+	}()
 	if d, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(d)
 	}
 	var sec [16]byte
 	if _, err := io.ReadFull(conn, sec[:]); err != nil || subtle.ConstantTimeCompare(sec[:], info.secret[:]) != 1 {
-		return nil, fmt.Errorf("fabric: spawn: the children's rank 0 did not say the secret (%v)", err)
+		return nil, nil, fmt.Errorf("fabric: spawn: the children's rank 0 did not say the secret (%v)", err)
 	}
 	kids, err := readBlob(conn)
 	if err != nil {
-		return nil, fmt.Errorf("fabric: spawn: reading the children's records: %w", err)
+		return nil, nil, fmt.Errorf("fabric: spawn: reading the children's records: %w", err)
 	}
 	if kids == nil {
-		return nil, fmt.Errorf("fabric: spawn: the children could not start (a child failed in Init)")
+		return nil, nil, fmt.Errorf("fabric: spawn: the children could not start (a child failed in Init)")
 	}
 	if err := writeBlob(conn, bytes.Join(raw, nil)); err != nil {
-		return nil, fmt.Errorf("fabric: spawn: %w", err)
+		return nil, nil, fmt.Errorf("fabric: spawn: %w", err)
 	}
-	return kids, nil
+	return kids, conn, nil
 }
 
 // acceptChild waits for the children's rank 0, or for any of world ranks
@@ -446,22 +483,35 @@ func (ep *Endpoint) joinParent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	all, err := w.allgatherInternal(ctx, allRanks(w.Size()), tagSpawnRecord, mine)
-	if err != nil {
-		return fmt.Errorf("fabric: joining the spawners: %w", err)
-	}
-	ours := make([]*record, len(all))
-	for i, b := range all {
-		if ours[i], err = parseRecord(b); err != nil {
-			return err
+	all, aerr := w.allgatherInternal(ctx, allRanks(w.Size()), tagSpawnRecord, mine)
+	var ours []*record
+	for _, b := range all {
+		r, err := parseRecord(b)
+		if err != nil {
+			aerr = err
+			break
 		}
+		ours = append(ours, r)
+	}
+	if aerr != nil && w.rank != 0 {
+		return fmt.Errorf("fabric: joining the spawners: %w", aerr)
 	}
 	var theirs []byte
 	if w.rank == 0 {
+		// Rank 0 dials the root whatever happened here, and tells it.
+		var sent []byte
+		if aerr == nil {
+			sent = bytes.Join(all, nil)
+		}
 		var rerr error
-		theirs, rerr = dialSpawner(ctx, info, bytes.Join(all, nil))
+		theirs, rerr = dialSpawner(ctx, info, sent)
+		if aerr != nil {
+			rerr = fmt.Errorf("fabric: joining the spawners: %w", aerr)
+		}
 		var n [8]byte
-		binary.LittleEndian.PutUint64(n[:], uint64(len(theirs)))
+		if rerr == nil {
+			binary.LittleEndian.PutUint64(n[:], uint64(len(theirs)))
+		}
 		var reqs []Request
 		for r := 1; r < w.Size(); r++ {
 			reqs = append(reqs, w.isend(n[:], r, tagSpawnLen, w.ctxMgmt()))
@@ -515,15 +565,17 @@ func dialSpawner(ctx context.Context, info *spawnInfo, ours []byte) ([]byte, err
 		return nil, fmt.Errorf("fabric: reaching the spawn root at %v: %w", info.addrs, errors.Join(errs...))
 	}
 	defer conn.Close()
+	// The root answers at once, or is gone: its kernel resets the
+	// connection. Only a root whose node died leaves it to the deadline.
+	deadline := time.Now().Add(time.Minute)
 	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
-	} else {
-		conn.SetDeadline(time.Now().Add(5 * time.Minute))
+		deadline = d
 	}
+	conn.SetDeadline(deadline)
 	if _, err := conn.Write(info.secret[:]); err != nil {
 		return nil, err
 	}
-	if err := writeBlob(conn, ours); err != nil {
+	if err := writeBlob(conn, ours); err != nil || ours == nil {
 		return nil, err
 	}
 	theirs, err := readBlob(conn)
@@ -533,7 +585,34 @@ func dialSpawner(ctx context.Context, info *spawnInfo, ours []byte) ([]byte, err
 	if theirs == nil {
 		return nil, fmt.Errorf("fabric: the spawn root sent no records")
 	}
+	// The root's last word: whether its Spawn succeeded. Nothing (the
+	// root died) is a no.
+	conn.SetDeadline(time.Time{})
+	word := make([]byte, 1)
+	if _, err := io.ReadFull(&ctxReader{ctx, conn}, word); err != nil || word[0] != 1 {
+		return nil, fmt.Errorf("fabric: the spawn failed at its root (%v): the children leave", err)
+	}
 	return theirs, nil
+}
+
+// ctxReader reads from a connection until ctx ends.
+type ctxReader struct {
+	ctx  context.Context
+	conn net.Conn
+}
+
+func (r *ctxReader) Read(b []byte) (int, error) {
+	for {
+		r.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, err := r.conn.Read(b)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() && n == 0 {
+			if err := r.ctx.Err(); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		return n, err
+	}
 }
 
 // A record is what a process of one side of a spawn tells the other:

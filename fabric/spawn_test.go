@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -128,6 +129,83 @@ func TestSpawn(t *testing.T) {
 				}
 			}
 			t.Log(strings.TrimSpace(fmt.Sprint(errs)))
+		})
+	}
+}
+
+func init() {
+	progs.Add("spawnfail", progSpawnFail)
+	progs.BeforeInit("spawnfail", func() {
+		// A spawned child told to die does so before it joins.
+		if os.Getenv("FT_SPAWN_KILL") == "child" && strings.Contains(os.Getenv("PMI_JOBID"), "-spawn") && os.Getenv("PMI_RANK") == "1" {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	})
+}
+
+// progSpawnFail: 3 processes spawn 2 from root 1, with a failure
+// FT_SPAWN_KILL names: the root dies once the children are started
+// ("spawned") or once the members have their records ("committing"), or
+// a child dies before it joins ("child"). Nobody hangs: every surviving
+// spawner returns — with an error where it must (the root gone: those
+// still waiting for it; a child gone: all) — and the children end.
+func progSpawnFail(ctx context.Context, ep *Endpoint) error {
+	if ep.Parent() != nil {
+		// A child that joined although its root died before its last
+		// word would be a bug.
+		failf("joined the spawners, which should have failed")
+	}
+	w := ep.World()
+	self, err := os.Executable()
+	must(err, "executable")
+	kill := func() { syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
+	switch how := os.Getenv("FT_SPAWN_KILL"); {
+	case how == "spawned" && w.Rank() == 1:
+		testHookSpawned = kill
+	case how == "committing" && w.Rank() == 1:
+		testHookSpawnRoot = kill
+	}
+	ic, err := w.Spawn(ctx, 1, self, []string{"-test.run=^$"}, 2)
+	fmt.Printf("spawn: %v\n", err)
+	if err == nil {
+		// Succeeded here (the root died after this member had the
+		// records): the children are gone, and a receive from one ends.
+		_, rerr := ic.Recv(ctx, make([]byte, 1), 0, 9)
+		fmt.Printf("receive from a child: %v\n", rerr)
+		if rerr == nil {
+			failf("a receive from a child that left succeeded")
+		}
+		must(ic.Free(), "free")
+	} else if os.Getenv("FT_SPAWN_KILL") == "child" && !strings.Contains(err.Error(), "children could not start") &&
+		!strings.Contains(err.Error(), "a child failed before it joined") && !strings.Contains(err.Error(), "the spawn failed at its root") {
+		failf("spawn with a child dead before it joined: %v", err)
+	}
+	return nil
+}
+
+// TestSpawnFailures: a failure during a spawn — its root's, before the
+// children dial in or after the members have their records, or a
+// child's before it joins — ends the spawn at every survivor and every
+// child, with an error where MPI 4.1 §16.2.4 asks for one.
+func TestSpawnFailures(t *testing.T) {
+	for _, how := range []string{"spawned", "committing", "child"} {
+		t.Run(how, func(t *testing.T) {
+			out, errs, _ := runJob(t, 3, "spawnfail", true, "RIVET_PROVIDER=shm", UniverseEnv+"=5", "FT_SPAWN_KILL="+how)
+			survivors := []int{0, 2}
+			if how == "child" {
+				survivors = []int{0, 1, 2}
+			}
+			for _, r := range survivors {
+				if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+					t.Fatalf("spawner %d did not finish\n%s\n%s", r, out, errs)
+				}
+			}
+			if how == "child" && strings.Count(out, "spawn: fabric:") != 3 {
+				t.Fatalf("every spawner must raise\n%s\n%s", out, errs)
+			}
+			if strings.Contains(out, "[3] rank") || strings.Contains(out, "[4] rank") {
+				t.Fatalf("a child finished\n%s\n%s", out, errs)
+			}
 		})
 	}
 }
