@@ -66,7 +66,10 @@ type Endpoint struct {
 	beat       *heartbeat.Beat // this process's heartbeat, nil if none
 	stalled    []bool          // by world rank: a detector sees its heartbeat late (SetStalled)
 	byePids    []int           // the pids Close says goodbye to (see goodbyes)
-	beatIDs    map[int]beatID  // by world rank on this node: where its heartbeat thread is in /proc
+	// beatIDs: by world rank on this node, where its heartbeat thread is
+	// in /proc. Replaced whole when a spawn adds some (a detector reads
+	// it meanwhile).
+	beatIDs atomic.Pointer[map[int]beatID]
 }
 
 // Init joins the job this process was started in (see bootstrap.Detect)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -76,7 +77,11 @@ type beatID struct {
 // (heartbeat.Independent). It reads /proc; a detector asks it only
 // before a verdict.
 func (ep *Endpoint) HeartbeatRunstate(w int) Runstate {
-	id, ok := ep.beatIDs[w]
+	var id beatID
+	ok := false
+	if m := ep.beatIDs.Load(); m != nil {
+		id, ok = (*m)[w]
+	}
 	if !ok || !heartbeat.Independent || id.ns != pidNamespace() {
 		return RunUnknown
 	}
@@ -144,13 +149,29 @@ func (ep *Endpoint) beatID() []byte {
 	return fmt.Appendf(nil, "%d %d %d", id.pid, id.tid, id.ns)
 }
 
+// addBeatID records where world rank w's heartbeat thread is, from its
+// "beat" key (a process a spawn joined).
+func (ep *Endpoint) addBeatID(w, pid int, key string) {
+	var id beatID
+	if _, err := fmt.Sscanf(key, "%d %d %d", &id.pid, &id.tid, &id.ns); err != nil || id.pid != pid || id.tid == 0 || id.ns == 0 {
+		return
+	}
+	ids := map[int]beatID{}
+	if m := ep.beatIDs.Load(); m != nil {
+		maps.Copy(ids, *m)
+	}
+	ids[w] = id
+	ep.beatIDs.Store(&ids)
+}
+
 // learnBeatIDs reads the "beat" keys of the other processes on this node,
 // whose pids (by ep.node's order) the "node" keys gave.
 func (ep *Endpoint) learnBeatIDs(ctx context.Context, pids []int) error {
 	if len(ep.node) < 2 || ep.beat == nil {
 		return nil
 	}
-	ep.beatIDs = make(map[int]beatID, len(ep.node)-1)
+	ids := make(map[int]beatID, len(ep.node)-1)
+	defer ep.beatIDs.Store(&ids)
 	for i, w := range ep.node {
 		if w == ep.rank {
 			continue
@@ -164,7 +185,7 @@ func (ep *Endpoint) learnBeatIDs(ctx context.Context, pids []int) error {
 			return fmt.Errorf("fabric: rank %d published a bad beat key %q", w, v)
 		}
 		if id.tid != 0 && id.ns != 0 {
-			ep.beatIDs[w] = id
+			ids[w] = id
 		}
 	}
 	return nil

@@ -625,6 +625,7 @@ type record struct {
 	node    string // its node key
 	shm     string // its segment (FDPath), "" if none
 	verbs   []byte // its verbs address, nil if none
+	beat    string // its heartbeat thread (its "beat" key)
 	ids     idMask // its free context ids
 	lastGen uint64
 }
@@ -652,6 +653,7 @@ func (ep *Endpoint) record() ([]byte, error) {
 	}
 	putStr(shmPath)
 	putStr(addr)
+	putStr(ep.beatID())
 	ep.idMu.Lock()
 	ids := ep.ids
 	ep.idMu.Unlock()
@@ -703,6 +705,7 @@ func parseRecord(b []byte) (*record, error) {
 	if v := getStr(); len(v) > 0 {
 		r.verbs = slices.Clone(v)
 	}
+	r.beat = string(getStr())
 	for i := range r.ids {
 		r.ids[i] = get()
 	}
@@ -811,6 +814,11 @@ func (ep *Endpoint) reach(w int, r *record, here bool) error {
 	default:
 		return fmt.Errorf("fabric: world rank %d joined, but nothing reaches it (same node %v, its segment %q, its verbs address %d bytes, this process's verbs provider %v): %w",
 			w, here, r.shm, len(r.verbs), ep.verbs != nil, ErrNoRoute)
+	}
+	if here {
+		// The detector asks this node's kernel about a process here
+		// before a verdict, rather than judge it by its reads.
+		ep.addBeatID(w, r.pid, r.beat)
 	}
 	if here && ep.opts.sources&SourcePidfd != 0 {
 		if e.health == nil {

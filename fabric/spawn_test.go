@@ -8,10 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/internal/heartbeat"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 func init() { progs.Add("spawn", progSpawn) }
@@ -41,6 +46,7 @@ func progSpawn(ctx context.Context, ep *Endpoint) error {
 			failf("world rank %d is reached by %q", p, got)
 		}
 	}
+	knowsKernel(ep, 2, 3)
 	crossTalk(ctx, ic, w.Rank())
 	m, err := ic.Merge(ctx, false)
 	must(err, "merge")
@@ -62,11 +68,27 @@ func spawnedChild(ctx context.Context, ep *Endpoint, p *Comm) error {
 	if !p.IsInter() || p.Size() != 2 || p.LocalFirst() || !slices.Equal(p.RemoteGroup().Members(), []int{0, 1}) {
 		failf("parent: size %d, remote %v, local first %v", p.Size(), p.RemoteGroup().Members(), p.LocalFirst())
 	}
+	knowsKernel(ep, 0, 1)
 	crossTalk(ctx, p, w.Group().Members()[w.Rank()])
 	m, err := p.Merge(ctx, true)
 	must(err, "merge")
 	ring(ctx, m, []int{0, 1, 2, 3})
 	return m.Free()
+}
+
+// knowsKernel checks that this process can ask the kernel about the
+// heartbeat threads of world ranks ws, which a spawn joined on this node:
+// a detector judges a process here by the kernel's word, not by how late
+// its reads come back (which convicted live processes under emulation).
+func knowsKernel(ep *Endpoint, ws ...int) {
+	if !heartbeat.Independent {
+		return
+	}
+	for _, w := range ws {
+		if rs := ep.HeartbeatRunstate(w); rs == RunUnknown || rs == RunGone {
+			failf("the kernel's word on world rank %d's heartbeat: %v", w, rs)
+		}
+	}
 }
 
 // crossTalk: every process sends its world rank to every remote rank and
@@ -207,5 +229,24 @@ func TestSpawnFailures(t *testing.T) {
 				t.Fatalf("a child finished\n%s\n%s", out, errs)
 			}
 		})
+	}
+}
+
+// TestHostSpawnHydra runs progSpawn under MPICH's Hydra, whose PMI-2 spawn
+// starts the children: every process of both jobs finishes.
+func TestHostSpawnHydra(t *testing.T) {
+	hydra := testutil.LookTool(t, "mpiexec.hydra", "mpich")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hydra, "-n", "2", os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), progEnv+"=spawn", "RIVET_PROVIDER=shm", UniverseEnv+"=4")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpiexec.hydra: %v\n%s", err, out)
+	}
+	for _, want := range []string{"rank 0 ok", "rank 1 ok"} {
+		if n := strings.Count(string(out), want); n != 2 {
+			t.Fatalf("%q %d times, want 2 (a spawner and a child)\n%s", want, n, out)
+		}
 	}
 }

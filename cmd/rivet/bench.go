@@ -32,6 +32,7 @@ node first (shared memory). With no test name (or "all") it runs the
 point-to-point tests.
 
 Tests: %s, ft_detect (see rivet bench ft_detect -h),
+ft_respawn (spawn 1 and N, and each step of a recovery to full size: -rounds),
 ft_recover (agree, iagree, shrink and revoke, beside barrier, allreduce 4 B and
 comm dup; -i ITER -x WARMUP; -failure adds shrink after the last rank dies)
 
@@ -71,7 +72,22 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if name == "ft_detect" {
 		return ftDetectCmd(ctx, *np, bind, rest, stdout, stderr)
 	}
-	if name == "ft_recover" {
+	universe := 0 // the launcher's universe size, 0 for the job's
+	if name == "ft_respawn" {
+		rs := flag.NewFlagSet("rivet bench ft_respawn", flag.ContinueOnError)
+		var o ftbench.RespawnOptions
+		rs.IntVar(&o.Rounds, "rounds", 5, "rounds of each measurement")
+		if err := parseFlags(rs, rest, stderr); err != nil {
+			return err
+		}
+		if o.Rounds < 1 || rs.NArg() > 0 {
+			fmt.Fprintf(stderr, "rivet bench ft_respawn: -rounds %d (1 or more), arguments %q\n", o.Rounds, rs.Args())
+			return errUsage
+		}
+		failure, universe = true, ftbench.RespawnUniverse(*np, o.Rounds)
+		o.Args = append([]string{"bench"}, args...) // a spawned process runs the same
+		runs = append(runs, func(ctx context.Context, w *fabric.Comm) error { return ftbench.Respawn(ctx, w.Endpoint(), o, stdout) })
+	} else if name == "ft_recover" {
 		rs := flag.NewFlagSet("rivet bench ft_recover", flag.ContinueOnError)
 		var o ftbench.RecoverOptions
 		rs.IntVar(&o.Iters, "i", 1000, "timed iterations of each operation")
@@ -138,7 +154,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		// With -failure a rank dies on purpose: the survivors decide.
 		st := launch.Run(ctx, launch.Options{N: *np, FT: failure, ExpectFailures: failure, Bind: bind, Env: []string{benchChildEnv + "=1"},
-			Stdout: stdout, Stderr: stderr}, append([]string{self, "bench"}, args...))
+			Universe: universe, Stdout: stdout, Stderr: stderr}, append([]string{self, "bench"}, args...))
 		if st != 0 {
 			return fmt.Errorf("bench: the job exited with status %d", st)
 		}
@@ -151,7 +167,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer d.Stop()
 	}
-	if w.Rank() == 0 {
+	if w.Rank() == 0 && ep.Parent() == nil {
 		over := ep.Provider(1)
 		if over == "verbs" {
 			over += " (" + ep.Device() + ")"

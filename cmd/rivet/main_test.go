@@ -382,6 +382,30 @@ func TestHostBenchFTRecover(t *testing.T) {
 	}
 }
 
+// TestHostBenchFTRespawn: rivet bench ft_respawn prints the spawn rows
+// and each step of a recovery to full size, over rounds in which the
+// replacement of the last round is the one killed.
+func TestHostBenchFTRespawn(t *testing.T) {
+	out, errs, st := rivet("bench", "-np", "3", "ft_respawn", "-rounds", "3")
+	if st != 0 {
+		t.Fatalf("status %d\n%s\n%s", st, out, errs)
+	}
+	if !strings.Contains(out, "# Rivet Fault-Tolerance Respawn Test: 3 ranks\n") {
+		t.Errorf("output:\n%s", out)
+	}
+	for _, row := range []string{"spawn 1", "spawn 3", "recover: detect", "recover: shrink", "recover: spawn", "recover: merge", "recover: total"} {
+		if !regexp.MustCompile(`\n` + row + ` +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +3\n`).MatchString(out) {
+			t.Errorf("no %s row in\n%s", row, out)
+		}
+	}
+	for _, bad := range [][]string{{"-rounds", "0"}, {"extra"}} {
+		args := append([]string{"bench", "ft_respawn"}, bad...)
+		if _, _, st := rivet(args...); st != 2 {
+			t.Errorf("rivet %v: status %d, want 2", args, st)
+		}
+	}
+}
+
 // TestBenchmarkEnv: the benchmark commands re-execute themselves with
 // asynchronous preemption off, unless GODEBUG already sets it either way;
 // other commands do not re-execute.

@@ -14,8 +14,10 @@
 // agreed it finished (ft.Agree), and each keeps its block and its left
 // neighbour's as they were then. A replacement gets the dead process's
 // block from the dead one's right neighbour and its left neighbour's
-// block from that neighbour, so one failure at a time — a replacement's
-// too, or one during the recovery itself — loses nothing. The universe
+// block from that neighbour, so failures of processes that are not
+// neighbours — at once, one after another, a replacement's, or one during
+// the recovery itself — lose nothing; a process and its neighbour failing
+// together take a block with them, and the run ends with an error. The universe
 // (-universe) must leave room for every replacement the run will spawn.
 package main
 
@@ -159,6 +161,12 @@ func respawn(ctx context.Context, comm *fabric.Comm, st *state, n, me int) (*fab
 		for r := range n {
 			if !slices.Contains(ranks, int64(r)) {
 				missing = append(missing, r)
+			}
+		}
+		for _, d := range missing {
+			// Its data lives on at its neighbours only.
+			if slices.Contains(missing, (d+1)%n) || slices.Contains(missing, (d+n-1)%n) {
+				return nil, fmt.Errorf("numbers %v failed: %d and a neighbour of it, whose copy of its data went with them", missing, d)
 			}
 		}
 		inject.Point(me, "spawn")

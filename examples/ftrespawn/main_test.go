@@ -3,6 +3,7 @@
 package main
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -38,6 +39,9 @@ func finish(t *testing.T, kills string) (map[string]string, string) {
 		t.Fatalf("kills %q: status %d; %d processes finished\n%s\n%s", kills, st, len(ranks), out, errs)
 	}
 	t.Logf("kills %q: finished by world ranks %v", kills, ranks)
+	if os.Getenv("FTRESPAWN_LOG") != "" {
+		t.Logf("\n%s\n%s", out, errs)
+	}
 	return ranks, sum
 }
 
