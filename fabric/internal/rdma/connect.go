@@ -286,8 +286,18 @@ func (v *Provider) serve(c net.Conn) {
 	if w < 0 || w >= len(v.peers) || subtle.ConstantTimeCompare(req.Token[:], v.token[:]) != 1 {
 		return // not one of ours: say nothing
 	}
+	// A process that knows this one's address but is not a peer here yet
+	// joined with a spawn this process is still taking in (AddPeer comes
+	// once every record is read): wait for it rather than refuse — a
+	// refusal fails the dialer's peer.
+	deadline := time.Now().Add(vHandshakeTimeout)
 	v.mu.Lock()
-	if v.closing || !v.isPeer[w] || v.eng.Failed(w) { // (isPeer under the lock: AddPeer)
+	for !v.closing && !v.isPeer[w] && time.Now().Before(deadline) { // (isPeer under the lock: AddPeer)
+		v.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		v.mu.Lock()
+	}
+	if v.closing || !v.isPeer[w] || v.eng.Failed(w) {
 		v.mu.Unlock()
 		return
 	}
