@@ -66,6 +66,11 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 			return err
 		}
 		if hdr[0] == childLeave {
+			for r := 1; r < p.RemoteSize(); r++ {
+				if _, err := fabric.RecvSlice(ctx, p, hdr, r, 1); err != nil {
+					return err
+				}
+			}
 			return nil
 		}
 		num, round = int(hdr[1]), int(hdr[2])
@@ -94,11 +99,11 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 					return err
 				}
 				times = append(times, time.Since(t0))
-				if comm.Rank() == 0 {
-					for c := range k {
-						if err := fabric.SendSlice(ctx, ic, []int64{childLeave, 0, 0}, c, 1); err != nil {
-							return err
-						}
+				// Every spawner tells every child to leave: a child
+				// leaves once all have joined it.
+				for c := range k {
+					if err := fabric.SendSlice(ctx, ic, []int64{childLeave, 0, 0}, c, 1); err != nil {
+						return err
 					}
 				}
 				if err := ic.Free(); err != nil {
