@@ -21,8 +21,8 @@ import (
 
 func init() { progs.Add("spawn", progSpawn) }
 
-// progSpawn: the 2 processes of the job spawn 2 more (world ranks 2 and
-// 3 of a universe of 4) and talk to them over the intercommunicator, by
+// progSpawn: the 2 processes of the job spawn 2 more, as two commands
+// (world ranks 2 and 3 of a universe of 4) and talk to them over the intercommunicator, by
 // name and from AnySource; both sides merge it, the spawners first, and
 // pass a token around the merged ring. Spawning past the universe fails
 // everywhere alike, and spawns nothing.
@@ -36,7 +36,8 @@ func progSpawn(ctx context.Context, ep *Endpoint) error {
 	if ep.UniverseSize() != 4 {
 		failf("universe %d, want 4", ep.UniverseSize())
 	}
-	ic, err := w.Spawn(ctx, 0, self, []string{"-test.run=^$"}, 2)
+	// Two commands of one process each (the same program): one job of 2.
+	ic, err := w.SpawnMultiple(ctx, 0, []SpawnCmd{{Path: self, Args: []string{"-test.run=^$"}, N: 1}, {Path: self, Args: []string{"-test.run=^$", "-test.v"}, N: 1}})
 	must(err, "spawn")
 	if !ic.IsInter() || ic.Size() != 2 || !slices.Equal(ic.RemoteGroup().Members(), []int{2, 3}) || !ic.LocalFirst() {
 		failf("spawned: size %d, remote %v, local first %v", ic.Size(), ic.RemoteGroup().Members(), ic.LocalFirst())

@@ -146,6 +146,7 @@ func step(ctx context.Context, comm *fabric.Comm, st *state) error {
 func respawn(ctx context.Context, comm *fabric.Comm, st *state, n, me int) (*fabric.Comm, error) {
 	for round := 0; ; round++ {
 		comm.Revoke()
+		inject.Point(me, "shrink")
 		s, err := ft.Shrink(ctx, comm)
 		if err != nil {
 			return nil, err
@@ -187,7 +188,7 @@ func respawn(ctx context.Context, comm *fabric.Comm, st *state, n, me int) (*fab
 			comm = s
 			continue
 		}
-		next, err := handOver(ctx, ic, s, st, missing, n)
+		next, err := handOver(ctx, ic, s, st, missing, n, me)
 		if err == nil {
 			fmt.Printf("rank %d: back to %d processes (replaced %v)\n", st.rank, next.Size(), missing)
 			return next, nil
@@ -207,7 +208,7 @@ var errAgain = errors.New("the recovery failed; again")
 // and orders the result by number; every process of both sides learns
 // whether all of it worked (an agreement on the intercommunicator and
 // one on each side).
-func handOver(ctx context.Context, ic, s *fabric.Comm, st *state, missing []int, n int) (*fabric.Comm, error) {
+func handOver(ctx context.Context, ic, s *fabric.Comm, st *state, missing []int, n, me int) (*fabric.Comm, error) {
 	var errs []error
 	for i, d := range missing {
 		if s.Rank() == 0 {
@@ -220,6 +221,7 @@ func handOver(ctx context.Context, ic, s *fabric.Comm, st *state, missing []int,
 			errs = append(errs, fabric.SendSlice(ctx, ic, st.block, i, 3))
 		}
 	}
+	inject.Point(me, "merge")
 	merged, err := ic.Merge(ctx, false)
 	errs = append(errs, err)
 	var next *fabric.Comm

@@ -47,8 +47,9 @@ func finish(t *testing.T, kills string) (map[string]string, string) {
 
 // TestRespawn: the job ends at full size with the failure-free result
 // after one failure, two in a row (the replacement killed too), and one
-// during the recovery (the spawn root, killed before it spawns: the
-// survivors start again and replace both).
+// at each step of the recovery: before the shrink, at the spawn root
+// before it spawns (the survivors start again and replace both), and in
+// the hand-over before the merge (the first replacement is abandoned).
 func TestRespawn(t *testing.T) {
 	_, want := finish(t, "")
 	for _, c := range []struct {
@@ -57,7 +58,9 @@ func TestRespawn(t *testing.T) {
 	}{
 		{"2:step4", map[string]string{"2": "4"}},
 		{"2:step3,4:step6", map[string]string{"2": "5"}},
+		{"2:step4,0:shrink", map[string]string{"0": "4", "2": "5"}},
 		{"2:step4,0:spawn", map[string]string{"0": "4", "2": "5"}},
+		{"2:step4,0:merge", map[string]string{"0": "5", "2": "6"}},
 	} {
 		ranks, sum := finish(t, c.kills)
 		if sum != want {

@@ -32,7 +32,8 @@ func build(t *testing.T) string {
 		"github.com/rivet-hpc/rivet/cmd/rivet",
 		"github.com/rivet-hpc/rivet/examples/slurm",
 		"github.com/rivet-hpc/rivet/examples/allreduce",
-		"github.com/rivet-hpc/rivet/examples/ftskeleton")
+		"github.com/rivet-hpc/rivet/examples/ftskeleton",
+		"github.com/rivet-hpc/rivet/examples/ftrespawn")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -143,6 +144,17 @@ func TestSlurm(t *testing.T) {
 			}
 		})
 	}
+	t.Run("pmi2/respawn", func(t *testing.T) {
+		// Task 2 dies at step 4; the survivors spawn its replacement
+		// through Slurm's PMI-2 server, which runs it as a step of its
+		// own, and finish at full size.
+		out, errs, st := srun(t, modes[0], []string{"FT_EXAMPLE_KILL=2:step4", "RIVET_UNIVERSE_SIZE=8"},
+			"--kill-on-bad-exit=0", "--no-kill", "-l", "-N1", "-n4", "./ftrespawn")
+		t.Logf("srun status %d\n%s\n%s", st, out, errs)
+		if n := strings.Count(out, " of 4 (world rank "); n != 4 {
+			t.Errorf("%d processes finished at full size, want 4", n)
+		}
+	})
 	t.Run("size mismatch", func(t *testing.T) {
 		// A step of 2 whose tasks were told SLURM_NTASKS=3: a clear error
 		// at once, in both modes.
