@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"slices"
@@ -803,11 +804,11 @@ func (ep *Endpoint) reach(w int, r *record, here bool) error {
 	switch {
 	case here && ep.shm != nil && r.shm != "" && ep.opts.provider != "verbs":
 		if err := ep.shm.Add(ep.rank, w, r.shm, r.pid); err != nil {
-			if unix.Kill(r.pid, 0) == unix.ESRCH {
-				// It has come and gone already — the spawn returned
-				// at other members, and it finished — before this
-				// process reached it: a peer that left, not an error of
-				// the spawn.
+			if errors.Is(err, fs.ErrNotExist) || unix.Kill(r.pid, 0) == unix.ESRCH {
+				// Its descriptors are gone (it exited, or is a zombie)
+				// — the spawn returned at other members, and it
+				// finished or failed — before this process reached it:
+				// a peer that left, not an error of the spawn.
 				e.markFailedNow(w, fmt.Errorf("%w: world rank %d left before this process reached it", ErrClosed, w))
 				return nil
 			}
