@@ -195,16 +195,16 @@ var testHookSpawnRoot func()
 // which the children wait for the root's last word.
 func (c *Comm) spawnRoot(ctx context.Context, cmds []SpawnCmd, ours []*record, raw [][]byte) (_ []byte, _ net.Conn, err error) {
 	ep := c.ep
-	sp, ok := ep.boot.(bootstrap.Spawner)
-	if !ok {
-		return nil, nil, fmt.Errorf("fabric: spawn: the launcher (%s) does not spawn processes: %w", ep.boot.Launcher(), ErrNotSupported)
-	}
 	total := 0
 	for _, cmd := range cmds {
 		if cmd.N < 1 || cmd.Path == "" {
 			return nil, nil, fmt.Errorf("%w: spawn of %d processes of %q", ErrInvalid, cmd.N, cmd.Path)
 		}
 		total += cmd.N
+	}
+	sp, ok := ep.boot.(bootstrap.Spawner)
+	if !ok {
+		return nil, nil, fmt.Errorf("fabric: spawn: the launcher (%s) does not spawn processes: %w", ep.boot.Launcher(), ErrNotSupported)
 	}
 	base := 0
 	for _, r := range ours {
@@ -225,6 +225,9 @@ func (c *Comm) spawnRoot(ctx context.Context, cmds []SpawnCmd, ours []*record, r
 	}
 	preput := map[string]string{spawnKey: info.encode(), pmi.UniverseBaseKey: strconv.Itoa(base)}
 	if _, err := sp.Spawn(ctx, cmds, preput); err != nil {
+		if errors.Is(err, bootstrap.ErrNoSpawn) { // (PMI-1)
+			return nil, nil, fmt.Errorf("fabric: spawn: %w: %w", ErrNotSupported, err)
+		}
 		return nil, nil, fmt.Errorf("fabric: spawn: %w", err)
 	}
 	if testHookSpawned != nil {

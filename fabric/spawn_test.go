@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rivet-hpc/rivet/fabric/bootstrap"
 	"github.com/rivet-hpc/rivet/internal/heartbeat"
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
@@ -248,6 +249,33 @@ func TestHostSpawnHydra(t *testing.T) {
 	for _, want := range []string{"rank 0 ok", "rank 1 ok"} {
 		if n := strings.Count(string(out), want); n != 2 {
 			t.Fatalf("%q %d times, want 2 (a spawner and a child)\n%s", want, n, out)
+		}
+	}
+}
+
+// TestSpawnUnsupported: a launcher that cannot spawn (here a singleton)
+// makes Spawn fail with ErrNotSupported, and bad arguments are refused.
+func TestSpawnUnsupported(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ep, err := InitWith(ctx, bootstrap.Singleton(), WithUniverse(3), WithHeartbeat(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	w := ep.World()
+	if ep.UniverseSize() != 3 || ep.Parent() != nil {
+		t.Fatalf("universe %d, parent %v", ep.UniverseSize(), ep.Parent())
+	}
+	if _, err := w.Spawn(ctx, 0, "/bin/true", nil, 1); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "singleton") {
+		t.Errorf("spawn under a singleton: %v", err)
+	}
+	for _, c := range []struct {
+		root int
+		cmds []SpawnCmd
+	}{{1, []SpawnCmd{{Path: "/bin/true", N: 1}}}, {0, []SpawnCmd{{Path: "/bin/true", N: 0}}}, {0, []SpawnCmd{{Path: "", N: 1}}}} {
+		if _, err := w.SpawnMultiple(ctx, c.root, c.cmds); !errors.Is(err, ErrInvalid) {
+			t.Errorf("spawn from root %d of %v: %v", c.root, c.cmds, err)
 		}
 	}
 }
