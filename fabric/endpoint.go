@@ -246,20 +246,26 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		// spawn may start here later, if the universe has room for any.
 		ep.local = ep.node
 	}
-	if len(remote) > 0 || ep.opts.provider == "verbs" && ep.size > ep.jobSize {
-		// (Forced, verbs is ready for the processes a spawn may add.)
+	// With room in the universe, verbs is made ready for processes a
+	// spawn may add on other nodes: required when forced, else if this
+	// node has an RDMA device at all.
+	spare := ep.size > ep.jobSize && ep.opts.provider != "shm"
+	if len(remote) > 0 || spare {
 		if len(remote) > 0 && ep.opts.provider == "shm" {
 			return fmt.Errorf("fabric: world rank %d is on another node, and the shm provider was chosen: %w", remote[0], ErrNoRoute)
 		}
 		v, err := newVerbsProvider(rdma.Config{Device: ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), QP: ep.opts.qpConfig(),
 			Me: ep.rank, Size: ep.size, Peers: remote, Spare: ep.size - ep.jobSize, Mem: &ep.mem}, ep.e, ep.opts.sources&SourceCompletion != 0)
-		if err != nil && len(remote) > 0 {
+		switch {
+		case err != nil && len(remote) > 0:
 			return fmt.Errorf("%w (world rank %d is reached over verbs)", err, remote[0])
-		}
-		if err != nil {
+		case err != nil && ep.opts.provider == "verbs":
 			return err
+		case err == nil:
+			ep.verbs = v
 		}
-		ep.verbs = v
+	}
+	if v := ep.verbs; v != nil {
 		if err := b.Put(ctx, "verbs", v.Address()); err != nil {
 			return err
 		}

@@ -24,6 +24,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log"
 	"math"
@@ -51,7 +52,13 @@ type state struct {
 	left  []float64 // its left neighbour's, likewise
 }
 
+// detector is the failure detector's options: -timeout sets its timeout
+// (longer across emulated nodes, whose reads come late).
+var detector ft.Options
+
 func main() {
+	flag.DurationVar(&detector.Timeout, "timeout", 0, "the failure detector's `timeout` (0: its default)")
+	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := run(ctx); err != nil {
@@ -65,7 +72,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer ep.Close()
-	d, err := ft.Start(ctx, ep, ft.Options{})
+	d, err := ft.Start(ctx, ep, detector)
 	if err != nil {
 		return err
 	}

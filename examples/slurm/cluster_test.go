@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,23 @@ func TestInCluster(t *testing.T) {
 			t.Errorf("osu_latency: status %d\n%s\n%s", st, out, errs)
 		}
 		t.Logf("osu_latency across two kernels:\n%s", out)
+	})
+	t.Run("respawn", func(t *testing.T) {
+		// Task 2 (node3) dies at step 4; Slurm spawns its replacement —
+		// a step of its own, sharing the CPUs (SLURM_OVERLAP) — on some
+		// node, where it joins its spawners over verbs (and shared memory
+		// with one on its own node), and the job ends at full size. The
+		// detector's timeout is 2 s: reads across emulated nodes come
+		// late.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		out, errs, st := c.Run(ctx, []string{"FT_EXAMPLE_KILL=2:step4", "RIVET_UNIVERSE_SIZE=8", "SLURM_OVERLAP=1"}, "srun", "--chdir="+bin, "--mpi=pmi2",
+			"--no-kill", "--kill-on-bad-exit=0", "-l", "-N3", "-n3", "./ftrespawn", "-timeout", "2s")
+		t.Logf("srun status %d\n%s\n%s", st, out, errs)
+		sums := regexp.MustCompile(`rank \d of 3 \(world rank (\d)\): checksum (\S+)`).FindAllStringSubmatch(out, -1)
+		if len(sums) != 3 || sums[0][2] != sums[1][2] || sums[1][2] != sums[2][2] || !strings.Contains(out, "(world rank 3)") {
+			t.Errorf("want 3 processes at full size, world rank 3 the replacement, one checksum")
+		}
 	})
 	t.Run("node death", func(t *testing.T) {
 		// The step's last node dies (its qemu killed) once every rank is
