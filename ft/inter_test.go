@@ -40,10 +40,9 @@ func without(ws []int, dead ...int) []int {
 // the recovery pattern runs on it twice, with a process of each group
 // killed: a survivor revokes it; an agreement raises ErrProcFailed at
 // every survivor, in both groups, until they acknowledge the failure, and
-// then answers the AND over the remote group's flags; IShrink (then
-// Shrink) makes the intercommunicator of the survivors, whose collectives
-// work; after the
-// second failure (the odd group's leader) it shrinks again, without a
+// then answers the AND over the remote group's flags; IShrink makes the
+// intercommunicator of the survivors, whose collectives work; after the
+// second failure (the odd group's leader) Shrink shrinks again, without a
 // revoke, and Merge makes one intracommunicator of every survivor (the
 // case that breaks in Open MPI), with an agreement and an allreduce on it.
 func progInter(ctx context.Context, ep *fabric.Endpoint) error {
