@@ -42,7 +42,7 @@ const (
 //     universe, and made the intercommunicator);
 //   - a recovery round: the process with number n/2 is killed (SIGKILL)
 //     right after a barrier, and every survivor times: detect (until a
-//     receive from it raised), shrink (revoke and ft.Shrink), spawn (one
+//     receive from it raised, or the first survivor to know revoked), shrink (revoke and ft.Shrink), spawn (one
 //     replacement) and merge (the replacement's hand-over: Merge, then
 //     Split by number, and an agreement on the result), and all of it.
 //     The replacement takes the dead one's number and the next round.
@@ -128,7 +128,9 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 			select {}
 		}
 		t0 := time.Now()
-		if _, err := comm.Recv(ctx, nil, victim, 77); !errors.Is(err, fabric.ErrProcFailed) {
+		// It ends when this process learns of the failure, or when one
+		// that learned first revokes the communicator.
+		if _, err := comm.Recv(ctx, nil, victim, 77); !errors.Is(err, fabric.ErrProcFailed) && !errors.Is(err, fabric.ErrRevoked) {
 			return fmt.Errorf("ftbench: a receive from the killed process: %v", err)
 		}
 		t1 := time.Now()
