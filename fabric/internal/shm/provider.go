@@ -1,9 +1,10 @@
 //go:build linux
 
 // Package shm is the fabric's shared-memory provider. Every process creates one segment, a file
-// in /dev/shm (mode 0600, a random part in its name), that holds one
-// single-producer single-consumer ring per process on the node: the ring
-// that peer i writes and this process reads. Peers learn the name through
+// in /dev/shm (mode 0600, a random part in its name), that holds a
+// single-producer single-consumer ring for each world rank: the ring that
+// world rank w writes and this process reads (mapped in for the processes
+// on the node only; Add maps a process that joins later). Peers learn the name through
 // the bootstrap, map it, and once everyone has mapped everything the
 // owner unlinks it, so a job that later crashes leaves nothing behind
 // (one that dies earlier is swept by the launcher and by the next job).

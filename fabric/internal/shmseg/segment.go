@@ -7,8 +7,9 @@
 // through them is package fabric's; this package only says where things
 // are, and creates, opens and sweeps segments.
 //
-// A segment holds one single-producer single-consumer ring per process
-// on the node: the ring that peer i writes and the owner reads. A ring
+// A segment holds one single-producer single-consumer ring per world
+// rank of the job's universe: the ring that world rank w writes and the
+// owner reads (only the node's are ever mapped in). A ring
 // is a head word the reader owns, then cells of CellSize bytes; a frame
 // starts on a cell with a sequence word and a header (CellHeader bytes
 // together), and its payload follows contiguously.
