@@ -38,15 +38,9 @@ func (c *Comm) CreateAgreed(ctx context.Context, agree IDAgreement) (*Comm, erro
 	}
 	c.ep.createMu.Lock()
 	defer c.ep.createMu.Unlock()
-	c.ep.idMu.Lock()
-	mask := c.ep.ids
-	c.ep.idMu.Unlock()
-	members, all, gen, err := agree(ctx, slices.Clone(mask[:]), c.ep.lastGen)
+	members, all, gen, err := c.ep.agreeIDs(ctx, agree)
 	if err != nil {
 		return nil, err
-	}
-	if len(all) != len(mask) {
-		return nil, fmt.Errorf("%w: the agreed context-id mask has %d words, want %d", ErrInvalid, len(all), len(mask))
 	}
 	seen := make([]bool, c.Size())
 	ranks := make([]int, len(members))
@@ -75,4 +69,17 @@ func (c *Comm) CreateAgreed(ctx context.Context, agree IDAgreement) (*Comm, erro
 	}
 	c.ep.lastGen = max(c.ep.lastGen, gen+1)
 	return newComm(c.ep, id, gen+1, ranks), nil
+}
+
+// agreeIDs runs agree with this process's free context ids and latest
+// generation, and checks the mask it settles; with createMu held.
+func (ep *Endpoint) agreeIDs(ctx context.Context, agree IDAgreement) (members []int, all []uint64, gen uint64, err error) {
+	ep.idMu.Lock()
+	mask := ep.ids
+	ep.idMu.Unlock()
+	members, all, gen, err = agree(ctx, slices.Clone(mask[:]), ep.lastGen)
+	if err == nil && len(all) != len(mask) {
+		err = fmt.Errorf("%w: the agreed context-id mask has %d words, want %d", ErrInvalid, len(all), len(mask))
+	}
+	return members, all, gen, err
 }

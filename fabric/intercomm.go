@@ -382,15 +382,9 @@ func (c *Comm) createAgreedInter(ctx context.Context, agree IDAgreement) (*Comm,
 	b := c.inter.bridge
 	c.ep.createMu.Lock()
 	defer c.ep.createMu.Unlock()
-	c.ep.idMu.Lock()
-	mask := c.ep.ids
-	c.ep.idMu.Unlock()
-	members, all, gen, err := agree(ctx, slices.Clone(mask[:]), c.ep.lastGen)
+	members, all, gen, err := c.ep.agreeIDs(ctx, agree)
 	if err != nil {
 		return nil, err
-	}
-	if len(all) != len(mask) {
-		return nil, fmt.Errorf("%w: the agreed context-id mask has %d words, want %d", ErrInvalid, len(all), len(mask))
 	}
 	seen := make([]bool, b.Size())
 	var local, remote []int

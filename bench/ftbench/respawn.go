@@ -74,7 +74,7 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 			return nil
 		}
 		num, round = int(hdr[1]), int(hdr[2])
-		if comm, err = joinBack(ctx, p, num); err != nil {
+		if comm, err = rejoin(ctx, p, true, num); err != nil {
 			return err
 		}
 	} else {
@@ -150,7 +150,7 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 				return err
 			}
 		}
-		next, err := mergeBack(ctx, ic, num)
+		next, err := rejoin(ctx, ic, false, num)
 		if err != nil {
 			return err
 		}
@@ -188,27 +188,11 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 	return nil
 }
 
-// mergeBack is the spawners' side of a replacement's hand-over: merge,
-// then order by number.
-func mergeBack(ctx context.Context, ic *fabric.Comm, num int) (*fabric.Comm, error) {
-	m, err := ic.Merge(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	defer m.Free()
-	next, err := m.Split(ctx, 0, num)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := ft.Agree(ctx, next, 1); err != nil {
-		return nil, err
-	}
-	return next, nil
-}
-
-// joinBack is a replacement's side.
-func joinBack(ctx context.Context, p *fabric.Comm, num int) (*fabric.Comm, error) {
-	m, err := p.Merge(ctx, true)
+// rejoin is either side of a replacement's hand-over: merge (the
+// spawners low, the replacement high), then order by number, then agree
+// that it worked.
+func rejoin(ctx context.Context, ic *fabric.Comm, high bool, num int) (*fabric.Comm, error) {
+	m, err := ic.Merge(ctx, high)
 	if err != nil {
 		return nil, err
 	}
