@@ -158,7 +158,14 @@ func respawn(ctx context.Context, comm *fabric.Comm, st *state, n, me int) (*fab
 		if err != nil {
 			return nil, err
 		}
-		// Which numbers are missing: every survivor says its own.
+		// Which numbers are missing: every survivor says its own. A
+		// collective may fail at some members and succeed at others (a
+		// process that dies after sending its part); with UniformColl it
+		// fails everywhere or nowhere, so the survivors all go on to the
+		// spawn or all start again.
+		if err := s.SetErrorUniform(fabric.UniformColl); err != nil {
+			return nil, err
+		}
 		ranks := make([]int64, s.Size())
 		err = collectives.Allgather(ctx, s, []int64{int64(st.rank)}, ranks)
 		if err != nil {
