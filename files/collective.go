@@ -98,12 +98,12 @@ func (f *File) IReadAtAll(off int64, buf []byte) (*Request, error) {
 
 // The header each member gives a collective access.
 const (
-	hPos   = iota // the byte of its view it starts at
-	hLen          // its bytes
-	hRuns         // how many file runs they make
-	hLo           // the first file byte
-	hHi           // one past the last
-	hBad          // its arguments are invalid
+	hPos  = iota // the byte of its view it starts at
+	hLen         // its bytes
+	hRuns        // how many file runs they make
+	hLo          // the first file byte
+	hHi          // one past the last
+	hBad         // its arguments are invalid
 	hWords
 )
 
