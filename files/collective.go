@@ -258,6 +258,10 @@ func (p *plan) twoPhase(ctx context.Context) error {
 	return nil
 }
 
+// testHookCycle, if set, runs as each cycle of a collective write
+// starts: tests kill a process there.
+var testHookCycle func(c int)
+
 // window is aggregator i's file range in cycle c.
 func (p *plan) window(i, c int) (lo, hi int64) {
 	dlo := p.lo + int64(i)*p.dsize
@@ -333,6 +337,9 @@ func (p *plan) writeCycles(ctx context.Context, me int) {
 	var mine, all []run
 	for c := range p.cycles {
 		cur := c & 1
+		if testHookCycle != nil {
+			testHookCycle(c)
+		}
 		if f.comm.IsRevoked() {
 			p.abandon(c, f.errRevoked())
 			break
