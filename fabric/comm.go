@@ -29,14 +29,15 @@ const (
 // another (MPI_Comm). Methods may be called from several goroutines; MPI's
 // ordering guarantee holds between the calls of one goroutine.
 type Comm struct {
-	ep    *Endpoint
-	e     *engine
-	id    uint32 // context id: its traffic matches on 4*id+0 (user), +1 (management), +2 (collectives), +3 (fault tolerance)
-	gen   uint64 // generation: the id's makes, told apart (revoke notices name both)
-	rank  int
-	ranks []int // comm rank -> world rank
-	index []int // world rank -> comm rank, or -1
-	freed atomic.Bool
+	ep      *Endpoint
+	e       *engine
+	id      uint32 // context id: its traffic matches on ctxBase+0 (user), +1 (management), +2 (collectives), +3 (fault tolerance)
+	gen     uint64 // generation: the id's makes, told apart (revoke notices name both)
+	ctxBase uint32 // ctxOf(id, gen)
+	rank    int
+	ranks   []int // comm rank -> world rank
+	index   []int // world rank -> comm rank, or -1
+	freed   atomic.Bool
 
 	collSeq   atomic.Int64             // schedules started: the next one's tag
 	epoch     uint64                   // node barriers entered (world only)
@@ -59,7 +60,7 @@ type Comm struct {
 func (c *Comm) Endpoint() *Endpoint { return c.ep }
 
 func newComm(ep *Endpoint, id uint32, gen uint64, ranks []int) *Comm {
-	c := &Comm{ep: ep, e: ep.e, id: id, gen: gen, ranks: ranks, index: make([]int, ep.size), rank: -1}
+	c := &Comm{ep: ep, e: ep.e, id: id, gen: gen, ctxBase: ctxOf(id, gen), ranks: ranks, index: make([]int, ep.size), rank: -1}
 	for i := range c.index {
 		c.index[i] = -1
 	}
@@ -105,9 +106,27 @@ func (c *Comm) contextID() uint32 { return c.id }
 // The matching contexts of a communicator: user point-to-point, the
 // fabric's own management traffic (communicator creation), and schedules
 // (collectives), so that none can match another's messages.
-func (c *Comm) ctxUser() uint32 { return c.id * 4 }
-func (c *Comm) ctxMgmt() uint32 { return c.id*4 + 1 }
-func (c *Comm) ctxColl() uint32 { return c.id*4 + 2 }
+func (c *Comm) ctxUser() uint32 { return c.ctxBase }
+func (c *Comm) ctxMgmt() uint32 { return c.ctxBase + 1 }
+func (c *Comm) ctxColl() uint32 { return c.ctxBase + 2 }
+
+// ctxOf is the base of the matching contexts of the communicator with
+// context id id and generation gen: the id, and above it the low bits of
+// the generation. A context id is reused once freed; the generation
+// keeps a message left over from its previous communicator — one a
+// failure kept from being received, say — from matching the next one's
+// traffic.
+func ctxOf(id uint32, gen uint64) uint32 {
+	return uint32(gen&(1<<ctxGenBits-1))<<ctxGenShift | id<<2
+}
+
+const (
+	ctxGenShift = 14 // above 2 bits of context kind and 12 of id (maxContextIDs)
+	ctxGenBits  = 32 - ctxGenShift
+)
+
+// ctxCommID is the context id of matching context ctx.
+func ctxCommID(ctx uint32) uint32 { return ctx >> 2 & (maxContextIDs - 1) }
 
 // ctxFT is the fault-tolerance context's offset: agreement and shrink
 // talk on it, and a revoke does not stop it.

@@ -126,3 +126,62 @@ func progComms(ctx context.Context, ep *Endpoint) error {
 func (g Group) excludeForTest() Group { return Difference(g, g) }
 
 func TestCommunicators(t *testing.T) { runOK(t, 4, "comms") }
+
+func init() { progs.Add("stale", progStale) }
+
+// TestStaleMessage: a message left unreceived on a communicator — as a
+// failure leaves one — does not match the traffic of the next
+// communicator that reuses its context id, and the unexpected queue
+// does not keep it.
+func TestStaleMessage(t *testing.T) { runOK(t, 2, "stale") }
+
+func progStale(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	me := w.Rank()
+	old, err := w.Dup(ctx)
+	must(err, "dup")
+	if me == 0 {
+		must(old.Send(ctx, []byte("stale"), 1, 5), "send on the old communicator")
+	}
+	pairSync(ctx, w) // (the stale message is here before rank 1 frees)
+	id := old.contextID()
+	must(old.Free(), "free")
+	pairSync(ctx, w)
+	fresh, err := w.Dup(ctx)
+	must(err, "dup")
+	if fresh.contextID() != id {
+		failf("the new communicator has context id %d, not the freed %d: the test needs it reused", fresh.contextID(), id)
+	}
+	if me == 1 {
+		ep.e.mu.Lock()
+		n := 0
+		for u := ep.e.unexp.head; u != nil; u = u.next {
+			n++
+		}
+		ep.e.mu.Unlock()
+		if n != 0 {
+			failf("%d unexpected messages kept after their communicator was freed", n)
+		}
+	}
+	if me == 0 {
+		must(fresh.Send(ctx, []byte("fresh"), 1, 5), "send on the new communicator")
+	} else {
+		b := make([]byte, 8)
+		st, err := fresh.Recv(ctx, b, 0, 5)
+		must(err, "receive on the new communicator")
+		if got := string(b[:st.Count]); got != "fresh" {
+			failf("received %q on the new communicator", got)
+		}
+	}
+	return fresh.Free()
+}
+
+// pairSync returns once both of w's two ranks have called it.
+func pairSync(ctx context.Context, w *Comm) {
+	peer := 1 - w.Rank()
+	r, err := w.Irecv(nil, peer, 77)
+	must(err, "irecv")
+	must(w.Send(ctx, nil, peer, 77), "send")
+	_, err = r.Wait(ctx)
+	must(err, "wait")
+}

@@ -163,7 +163,7 @@ func (e *engine) ftFlushComm(c *Comm) int {
 			continue
 		}
 		r := e.get()
-		c.initSend(r, m.payload, m.peer, m.tag, c.id*4+ctxFT)
+		c.initSend(r, m.payload, m.peer, m.tag, c.ctxBase+ctxFT)
 		r.orphan = true // released when sent
 		e.startSend(r)
 		n++
@@ -179,7 +179,7 @@ func (e *engine) ftDeliver(h *wire.Header, p *wire.Payload) {
 	if len(b) < 8 {
 		return
 	}
-	gen, id := binary.LittleEndian.Uint64(b), h.Ctx>>2
+	gen, id := binary.LittleEndian.Uint64(b), ctxCommID(h.Ctx)
 	m := ftMsg{peer: int(h.Src), tag: int(h.Tag), payload: b[8:]}
 	c := e.comms[id]
 	if c == nil || c.gen != gen {

@@ -48,7 +48,7 @@ func revocable(ctx uint32) bool { return ctx&3 != ctxFT }
 // revokedCtx reports whether matching context ctx belongs to a revoked
 // communicator and is not exempt; with e.mu held.
 func (e *engine) revokedCtx(ctx uint32) bool {
-	id := ctx >> 2
+	id := ctxCommID(ctx)
 	return revocable(ctx) && id < maxContextIDs && e.revokedIDs[id/64]&(1<<(id%64)) != 0
 }
 
@@ -104,7 +104,7 @@ func (e *engine) revoke(c *Comm, hops int) bool {
 	// (dropRevoked) — it may be reading it now.
 	for u := e.unexp.head; u != nil; {
 		next := u.next
-		if u.h.Ctx>>2 == c.id && revocable(u.h.Ctx) {
+		if u.h.Ctx&^3 == c.ctxBase && revocable(u.h.Ctx) {
 			e.unexp.remove(u)
 			e.dropRevoked(u.peer, &u.h)
 			u.next, e.freeU = e.freeU, u
@@ -182,6 +182,7 @@ func (e *engine) revokeNotice(h *wire.Header) {
 // register makes c known to the engine, for notices; with e.mu held. A
 // revoke that arrived before c was made here applies now.
 func (e *engine) register(c *Comm) {
+	e.dropUnexpected(func(ctx uint32) bool { return ctxCommID(ctx) == c.id && ctx&^3 != c.ctxBase })
 	e.comms[c.id] = c
 	e.gens[c.id] = max(e.gens[c.id], c.gen)
 	e.revokedIDs[c.id/64] &^= 1 << (c.id % 64)
@@ -202,8 +203,28 @@ func (e *engine) unregister(c *Comm) {
 	if e.comms[c.id] == c {
 		delete(e.comms, c.id)
 	}
+	e.dropUnexpected(func(ctx uint32) bool { return ctx&^3 == c.ctxBase })
 	e.revokedIDs[c.id/64] &^= 1 << (c.id % 64)
 	if c.ft.h != nil {
 		e.retire(c)
+	}
+}
+
+// dropUnexpected drops the unexpected messages whose context stale
+// reports can never be received: those of a communicator freed here, or
+// left over from an earlier communicator with a new one's context id
+// (their sender's operation failed, or was abandoned). A rendezvous
+// sender is refused, as for a revoked communicator, so that its request
+// ends. Fault-tolerance messages are kept (ftDeliver sorts them by
+// generation). With e.mu held.
+func (e *engine) dropUnexpected(stale func(ctx uint32) bool) {
+	for u := e.unexp.head; u != nil; {
+		next := u.next
+		if u.h.Ctx&3 != ctxFT && stale(u.h.Ctx) {
+			e.unexp.remove(u)
+			e.dropRevoked(u.peer, &u.h)
+			u.next, e.freeU = e.freeU, u
+		}
+		u = next
 	}
 }

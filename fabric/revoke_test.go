@@ -40,7 +40,7 @@ func unexpectedOn(c *Comm) int {
 	defer e.mu.Unlock()
 	n := 0
 	for u := e.unexp.head; u != nil; u = u.next {
-		if u.h.Ctx>>2 == c.id {
+		if u.h.Ctx&^3 == c.ctxBase {
 			n++
 		}
 	}
