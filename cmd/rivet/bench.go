@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rivet-hpc/rivet/bench/ftbench"
+	"github.com/rivet-hpc/rivet/bench/iobench"
 	"github.com/rivet-hpc/rivet/bench/osu"
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
@@ -34,7 +35,9 @@ point-to-point tests.
 Tests: %s, ft_detect (see rivet bench ft_detect -h),
 ft_respawn (spawn 1 and N, and each step of a recovery to full size: -rounds),
 ft_recover (agree, iagree, shrink and revoke, beside barrier, allreduce 4 B and
-comm dup; -i ITER -x WARMUP; -failure adds shrink after the last rank dies)
+comm dup; -i ITER -x WARMUP; -failure adds shrink after the last rank dies),
+io (IOR's patterns over package files: -b BLOCK -t XFER -s SEGMENTS -F -c -V
+-o PATH -i REPS -w -r -k -cb enable|disable|automatic -aggs N -cbsize BYTES)
 
 OSU options: -m [MIN:]MAX  -i ITER  -x WARMUP  -W WINDOW (bandwidth)
              -f (collectives: min, max, iterations)  -t CALLS (osu_i*)  -v
@@ -102,6 +105,15 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return errUsage
 		}
 		runs = append(runs, func(ctx context.Context, w *fabric.Comm) error { return ftbench.Recover(ctx, w, o, stdout) })
+	} else if name == "io" {
+		o, err := iobench.Parse(rest, stderr)
+		if err != nil {
+			if !errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintln(stderr, err)
+			}
+			return errUsage
+		}
+		runs = append(runs, func(ctx context.Context, w *fabric.Comm) error { return iobench.Run(ctx, w, o, stdout) })
 	} else if one, ok := osu.LookupOneSided(name); ok {
 		o, err := one.ParseArgs(rest, stderr)
 		if err := benchArgErr(err, stdout, stderr, one.Title); err != nil {

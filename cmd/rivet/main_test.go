@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -400,6 +401,39 @@ func TestHostBenchFTRespawn(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"-rounds", "0"}, {"extra"}} {
 		args := append([]string{"bench", "ft_respawn"}, bad...)
+		if _, _, st := rivet(args...); st != 2 {
+			t.Errorf("rivet %v: status %d, want 2", args, st)
+		}
+	}
+}
+
+// TestBenchIO: rivet bench io writes and reads IOR's patterns — shared
+// file with and without a block-cyclic view, collective and independent,
+// a file per process — checks every stamp it reads back, prints a line
+// per repetition and IOR's summary, and refuses bad options.
+func TestBenchIO(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"-b", "64k", "-t", "16k", "-s", "4", "-c"},
+		{"-b", "16k", "-t", "64k", "-s", "8", "-c", "-V", "-cb", "enable", "-cbsize", "8192"},
+		{"-b", "64k", "-t", "64k", "-s", "2", "-F"},
+	} {
+		all := append([]string{"bench", "-np", "3", "io", "-i", "2", "-o", dir + "/f"}, args...)
+		out, errs, st := rivet(all...)
+		if st != 0 {
+			t.Fatalf("rivet %v: status %d\n%s\n%s", all, st, out, errs)
+		}
+		for _, re := range []string{`\nwrite +[0-9.]+ +[0-9.]+ +1\n`, `\nread +[0-9.]+ +[0-9.]+ +1\n`, `\nSummary of all tests:\n`, `\nwrite( +[0-9.]+){4} +3 `} {
+			if !regexp.MustCompile(re).MatchString(out) {
+				t.Errorf("rivet %v: no %q in\n%s", all, re, out)
+			}
+		}
+		if left, _ := filepath.Glob(dir + "/f*"); len(left) > 0 {
+			t.Errorf("rivet %v left %v", all, left)
+		}
+	}
+	for _, bad := range [][]string{{"-b", "0"}, {"-b", "10k", "-t", "3k"}, {"-V", "-F"}, {"-cb", "sometimes"}, {"extra"}} {
+		args := append([]string{"bench", "io"}, bad...)
 		if _, _, st := rivet(args...); st != 2 {
 			t.Errorf("rivet %v: status %d, want 2", args, st)
 		}

@@ -39,10 +39,12 @@ var rank = map[string]int{
 	"collectives":              8,
 	"rma":                      9,
 	"ft":                       10,
+	"files":                    10, // (beside ft: neither imports the other)
 	"internal/launch":          11,
 	"bench/osu":                11,
 	"bench/perf":               11,
 	"bench/ftbench":            11,
+	"bench/iobench":            11,
 	"internal/vm":              11,
 	"cmd/rivet":                12,
 	"cmd/rivetrun":             12,
