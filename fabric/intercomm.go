@@ -308,7 +308,7 @@ func (ep *Endpoint) makeInter(local, remote []int, first bool, and *idMask, gen 
 	}
 	lc := newComm(ep, ids[2], gen, slices.Clone(local))
 	bridge := newComm(ep, ids[1], gen, both)
-	c := &Comm{ep: ep, e: ep.e, id: ids[0], gen: gen, ranks: slices.Clone(remote), index: make([]int, ep.size), rank: lc.rank,
+	c := &Comm{ep: ep, e: ep.e, id: ids[0], gen: gen, ctxBase: ctxOf(ids[0], gen), ranks: slices.Clone(remote), index: make([]int, ep.size), rank: lc.rank,
 		inter: &inter{local: lc, bridge: bridge, first: first}}
 	for i := range c.index {
 		c.index[i] = -1

@@ -220,13 +220,21 @@ func (f *File) Close(ctx context.Context) error {
 	} else {
 		err = collectives.Barrier(ctx, f.comm)
 	}
+	if f.mode&ModeDeleteOnClose != 0 {
+		// Deleted once every member is done with it, and gone when
+		// Close returns anywhere (unless a failure cut the wait short).
+		f.closeFD()
+		if f.deleter() {
+			if e := os.Remove(f.path); e != nil && !errors.Is(e, os.ErrNotExist) && err == nil {
+				err = ioErr("delete", f.path, e)
+			}
+		}
+		if err == nil {
+			err = collectives.Barrier(ctx, f.comm)
+		}
+	}
 	if e := f.release(ctx); err == nil {
 		err = e
-	}
-	if f.mode&ModeDeleteOnClose != 0 && f.deleter() {
-		if e := os.Remove(f.path); e != nil && !errors.Is(e, os.ErrNotExist) && err == nil {
-			err = ioErr("delete", f.path, e)
-		}
 	}
 	return err
 }
