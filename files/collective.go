@@ -195,7 +195,7 @@ func (f *File) all(ctx context.Context, t uint64, write bool, off int64, buf []b
 		}
 	}
 	h := f.hints
-	if h.Buffering == BufferingOff || h.Buffering == BufferingAuto && (!interleave || total/runs >= int64(h.DirectMin)) {
+	if h.Buffering == BufferingOff || h.Buffering == BufferingAuto && (!interleave || total/runs >= h.directMin(write)) {
 		var n int
 		var err error
 		if write {

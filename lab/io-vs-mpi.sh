@@ -35,6 +35,8 @@ echo "|---|---|---|---|---|"
 for dir in $dirs; do
 	key=$(echo "$dir" | tr / _)
 	for np in 2 4; do
+		bind=core
+		((np > $(nproc))) && bind=none # (both launchers' rule)
 		segs=$((1024 / np))
 		for pat in interleaved segmented; do
 			args="-b 1m -t 1m -s $segs -c"
@@ -44,9 +46,9 @@ for dir in $dirs; do
 				((r % 2)) && order="ompi rivet"
 				for side in $order; do
 					if [ $side = rivet ]; then
-						"$w/rivetrun" -n "$np" "$w/rivet" bench io $args -o "$dir/rivet-io.dat" >"$w/out" 2>/dev/null
+						"$w/rivetrun" -n "$np" -bind-to "$bind" "$w/rivet" bench io $args -o "$dir/rivet-io.dat" >"$w/out" 2>/dev/null
 					else
-						mpirun.openmpi -n "$np" --bind-to core "$w/ompi-io" $args -o "$dir/ompi-io.dat" >"$w/out" 2>/dev/null
+						mpirun.openmpi -n "$np" --oversubscribe --bind-to "$bind" "$w/ompi-io" $args -o "$dir/ompi-io.dat" >"$w/out" 2>/dev/null
 					fi
 					for op in write read; do bw "$w/out" $op >>"$w/$key-$np-$pat-$op.$side" || echo - >>"$w/$key-$np-$pat-$op.$side"; done
 				done

@@ -417,13 +417,18 @@ func TestBenchIO(t *testing.T) {
 		{"-b", "64k", "-t", "16k", "-s", "4", "-c"},
 		{"-b", "16k", "-t", "64k", "-s", "8", "-c", "-V", "-cb", "enable", "-cbsize", "8192"},
 		{"-b", "64k", "-t", "64k", "-s", "2", "-F"},
+		{"-np", "1", "-b", "256k", "-t", "64k"},
 	} {
-		all := append([]string{"bench", "-np", "3", "io", "-i", "2", "-o", dir + "/f"}, args...)
+		np := "3"
+		if args[0] == "-np" {
+			np, args = args[1], args[2:]
+		}
+		all := append([]string{"bench", "-np", np, "io", "-i", "2", "-o", dir + "/f"}, args...)
 		out, errs, st := rivet(all...)
 		if st != 0 {
 			t.Fatalf("rivet %v: status %d\n%s\n%s", all, st, out, errs)
 		}
-		for _, re := range []string{`\nwrite +[0-9.]+ +[0-9.]+ +1\n`, `\nread +[0-9.]+ +[0-9.]+ +1\n`, `\nSummary of all tests:\n`, `\nwrite( +[0-9.]+){4} +3 `} {
+		for _, re := range []string{`\nwrite +[0-9.]+ +[0-9.]+ +1\n`, `\nread +[0-9.]+ +[0-9.]+ +1\n`, `\nSummary of all tests:\n`, `\nwrite( +[0-9.]+){4} +` + np + ` `} {
 			if !regexp.MustCompile(re).MatchString(out) {
 				t.Errorf("rivet %v: no %q in\n%s", all, re, out)
 			}
