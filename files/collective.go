@@ -225,7 +225,7 @@ func (p *plan) twoPhase(ctx context.Context) error {
 		}
 	}
 	span := p.hi - p.lo
-	p.dsize = max((span+int64(a)-1)/int64(a)+4095&^4095, 4096)
+	p.dsize = max(((span+int64(a)-1)/int64(a)+4095)&^4095, 4096) // (whole pages)
 	p.bsize = min(int64(f.hints.BufferSize), p.dsize)
 	p.cycles = int((p.dsize + p.bsize - 1) / p.bsize)
 	p.runs = make([][]run, f.n)
