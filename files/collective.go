@@ -519,6 +519,7 @@ func (p *plan) readCycles(ctx context.Context, me int) {
 		var wlo int64
 		if me >= 0 {
 			rd := <-ahead[cur]
+			ahead[cur] = nil
 			if rd.err != nil && p.ioErr == nil {
 				p.ioErr = rd.err
 			}
@@ -595,12 +596,11 @@ func (p *plan) readCycles(ctx context.Context, me int) {
 			}
 		}
 	}
+	// A read ahead that an abandoned exchange left running must end
+	// before the buffers serve another call.
 	for _, ch := range ahead {
 		if ch != nil {
-			select {
-			case <-ch:
-			default:
-			}
+			<-ch
 		}
 	}
 }
