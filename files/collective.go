@@ -96,6 +96,25 @@ func (f *File) IReadAtAll(off int64, buf []byte) (*Request, error) {
 	return start(func() (int, error) { return f.all(context.Background(), t, false, off, buf) }), nil
 }
 
+// IWriteAll starts WriteAll (MPI_File_iwrite_all); the individual
+// pointer moves at once.
+func (f *File) IWriteAll(buf []byte) (*Request, error) {
+	off, err := f.advance(buf)
+	if err != nil {
+		return nil, err
+	}
+	return f.IWriteAtAll(off, buf)
+}
+
+// IReadAll starts ReadAll (MPI_File_iread_all).
+func (f *File) IReadAll(buf []byte) (*Request, error) {
+	off, err := f.advance(buf)
+	if err != nil {
+		return nil, err
+	}
+	return f.IReadAtAll(off, buf)
+}
+
 // The header each member gives a collective access.
 const (
 	hPos  = iota // the byte of its view it starts at

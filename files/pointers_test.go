@@ -61,8 +61,16 @@ func progPointers(ctx context.Context, ep *fabric.Endpoint) error {
 	must(f.SetView(ctx, 0, 8, Contiguous()), "log view")
 	const k = 20
 	for i := range k {
-		if _, err := f.WriteShared(ctx, rec(me, i)); err != nil {
-			failf("WriteShared: %v", err)
+		if i%2 == 0 {
+			if _, err := f.WriteShared(ctx, rec(me, i)); err != nil {
+				failf("WriteShared: %v", err)
+			}
+			continue
+		}
+		q, err := f.IWriteShared(ctx, rec(me, i))
+		must(err, "IWriteShared")
+		if _, err := q.Wait(ctx); err != nil {
+			failf("IWriteShared: %v", err)
 		}
 	}
 	must(f.Sync(ctx), "sync log")
@@ -140,8 +148,19 @@ func progNonblocking(ctx context.Context, ep *fabric.Endpoint) error {
 			failf("wait %d: %v", j, err)
 		}
 	}
+	// With the individual pointer, past the collective writes.
+	if _, err := f.Seek(3*k+1, io.SeekStart); err != nil {
+		failf("seek: %v", err)
+	}
+	tail := make([]byte, 8)
+	binary.LittleEndian.PutUint64(tail, value(me, 3*k+1))
+	qa, err := f.IWriteAll(tail)
+	must(err, "IWriteAll")
+	if _, err := qa.Wait(ctx); err != nil {
+		failf("IWriteAll: %v", err)
+	}
 	must(f.Sync(ctx), "sync")
-	back := make([]byte, 8*(3*k+1))
+	back := make([]byte, 8*(3*k+2))
 	q, err := f.IReadAtAll(0, back)
 	must(err, "IReadAtAll")
 	for {

@@ -58,6 +58,33 @@ func (f *File) ReadShared(ctx context.Context, buf []byte) (int, error) {
 	return f.ReadAt(off, buf)
 }
 
+// IWriteShared starts WriteShared (MPI_File_iwrite_shared): the shared
+// pointer moves before it returns, so the accesses of one process take
+// their places in the order it started them.
+func (f *File) IWriteShared(ctx context.Context, buf []byte) (*Request, error) {
+	return f.ishared(ctx, true, buf)
+}
+
+// IReadShared starts ReadShared (MPI_File_iread_shared).
+func (f *File) IReadShared(ctx context.Context, buf []byte) (*Request, error) {
+	return f.ishared(ctx, false, buf)
+}
+
+func (f *File) ishared(ctx context.Context, write bool, buf []byte) (*Request, error) {
+	v, err := f.check(write, 0, buf)
+	if err != nil {
+		return nil, err
+	}
+	off, err := f.shared(ctx, int64(len(buf))/v.esize)
+	if err != nil {
+		return nil, err
+	}
+	if write {
+		return f.IWriteAt(off, buf)
+	}
+	return f.IReadAt(off, buf)
+}
+
 // WriteOrdered writes every member's buf at the shared file pointer in
 // rank order, and moves it past them all (MPI_File_write_ordered):
 // collective; a log's way to append.
