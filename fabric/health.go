@@ -25,6 +25,8 @@ type health struct {
 	pfds  []unix.PollFd
 	world []int     // world rank per pfd; -1 for bye's socket
 	bye   *goodbyes // nil unless peers here are reached over verbs
+	gone  []int     // world ranks that had exited before their pidfd could be opened
+	exits []int     // scratch: the exits a check judges
 }
 
 // newHealth watches the processes local (with these pids) of this node;
@@ -36,6 +38,13 @@ func newHealth(local []int, pids []int, me int, bye *goodbyes) *health {
 			continue
 		}
 		fd, err := unix.PidfdOpen(pids[i], 0)
+		if err == unix.ESRCH {
+			// It exited, and was reaped, before this process got here —
+			// a peer that closes as soon as Init returns can, on a slow
+			// machine. Judged at the first check, as a pidfd that fired.
+			h.gone = append(h.gone, w)
+			continue
+		}
 		if err != nil {
 			// No pidfd (old kernel, other pid namespace): this peer's
 			// failure is learned from the launcher or its errors instead.
@@ -70,35 +79,38 @@ func pollNow(fds []unix.PollFd) (int, error) {
 }
 
 func (h *health) check(e *engine) {
-	if len(h.pfds) == 0 {
-		return
+	h.exits = append(h.exits[:0], h.gone...)
+	h.gone = nil
+	if len(h.pfds) > 0 {
+		if n, err := pollNow(h.pfds); err == nil && n > 0 {
+			for i := range h.pfds {
+				if h.pfds[i].Revents&unix.POLLIN != 0 && h.pfds[i].Fd >= 0 && h.world[i] >= 0 {
+					unix.Close(int(h.pfds[i].Fd))
+					h.pfds[i].Fd = -1 // poll ignores negative fds
+					h.exits = append(h.exits, h.world[i])
+				}
+			}
+		}
 	}
-	if n, err := pollNow(h.pfds); err != nil || n == 0 {
+	if len(h.exits) == 0 {
 		return
 	}
 	if h.bye != nil {
-		// Every goodbye sent before an exit this poll saw is queued by
-		// now, whether or not the poll caught the socket readable.
+		// Every goodbye sent before an exit seen here is queued by now,
+		// whether or not the poll caught the socket readable.
 		h.bye.drain()
 	}
 	// Failures first, then clean exits: a process that closed right after
 	// a collective failed under it must not hide the failure behind its
 	// own, unremarkable, exit.
 	for pass := 0; pass < 2; pass++ {
-		for i := range h.pfds {
-			if h.pfds[i].Revents&unix.POLLIN == 0 || h.pfds[i].Fd < 0 || h.world[i] < 0 {
-				continue
-			}
-			w := h.world[i]
+		for _, w := range h.exits {
 			closed := e.route[w] != nil && e.route[w].closed(w) || h.bye != nil && h.bye.said[w]
-			if closed != (pass == 1) {
-				continue
-			}
-			unix.Close(int(h.pfds[i].Fd))
-			h.pfds[i].Fd = -1 // poll ignores negative fds
-			if closed {
+			switch {
+			case closed != (pass == 1):
+			case closed:
 				e.markFailed(w, fmt.Errorf("%w: world rank %d closed its endpoint", ErrClosed, w))
-			} else {
+			default:
 				e.markFailed(w, procFailed("world rank %d exited (seen through its pidfd)", w))
 			}
 		}

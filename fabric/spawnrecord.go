@@ -243,6 +243,10 @@ func (ep *Endpoint) reach(w int, r *record, here bool) error {
 // watch adds process pid, world rank w, to those watched.
 func (h *health) watch(w, pid int) {
 	fd, err := unix.PidfdOpen(pid, 0)
+	if err == unix.ESRCH {
+		h.gone = append(h.gone, w) // exited already (see newHealth)
+		return
+	}
 	if err != nil {
 		return
 	}
