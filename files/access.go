@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/rivet-hpc/rivet/fabric"
 )
@@ -57,6 +56,7 @@ func (f *File) ReadAt(off int64, buf []byte) (int, error) {
 	return f.pread(v.runs(off*v.esize, int64(len(buf)), nil), buf)
 }
 
+// pwrite writes buf to the runs of the file.
 func (f *File) pwrite(runs []run, buf []byte) (int, error) {
 	n := 0
 	for _, r := range runs {
@@ -69,22 +69,7 @@ func (f *File) pwrite(runs []run, buf []byte) (int, error) {
 	return n, nil
 }
 
-// A read into a buffer larger than the CPU's caches goes through a
-// small one that stays cached: the kernel's copy into a cold buffer
-// pays to read every line before writing it, while Go's copy of large
-// blocks writes around the cache. Measured here, reads of 1 MiB pieces
-// into a 64 MiB buffer ran at 5.4–5.6 GB/s straight and 10.5–13 GB/s
-// through a 1 MiB bounce buffer (docs/performance.md).
-var (
-	bounceMin  = 8 << 20 // buffers from this size on go through a bounce buffer
-	bounceSize = 1 << 20
-	bounces    = sync.Pool{New: func() any { b := make([]byte, bounceSize); return &b }}
-)
-
 func (f *File) pread(runs []run, buf []byte) (int, error) {
-	if len(buf) >= bounceMin {
-		return f.preadBounced(runs, buf)
-	}
 	n := 0
 	for _, r := range runs {
 		k, err := f.fd.ReadAt(buf[r.buf:r.buf+r.n], r.file)
@@ -94,29 +79,6 @@ func (f *File) pread(runs []run, buf []byte) (int, error) {
 		}
 		if err != nil {
 			return n, ioErr("read", f.path, err)
-		}
-	}
-	return n, nil
-}
-
-// preadBounced is pread through a bounce buffer (see bounceMin).
-func (f *File) preadBounced(runs []run, buf []byte) (int, error) {
-	bp := bounces.Get().(*[]byte)
-	defer bounces.Put(bp)
-	b := *bp
-	n := 0
-	for _, r := range runs {
-		for o := int64(0); o < r.n; o += int64(len(b)) {
-			part := b[:min(int64(len(b)), r.n-o)]
-			k, err := f.fd.ReadAt(part, r.file+o)
-			copy(buf[r.buf+o:], part[:k])
-			n += k
-			if err == io.EOF {
-				return n, io.EOF
-			}
-			if err != nil {
-				return n, ioErr("read", f.path, err)
-			}
 		}
 	}
 	return n, nil

@@ -45,7 +45,8 @@ type File struct {
 	tickets uint64
 	serving uint64
 
-	cbuf [2][]byte // aggregators' buffers (AllocMem), made on first use
+	cbuf  [2][]byte // aggregators' buffers (AllocMem), made on first use
+	packs [][]byte  // packing buffers free for the next cycle (collective calls run one at a time)
 }
 
 // Open opens the file at path on every member of c (MPI_File_open); the

@@ -67,16 +67,7 @@ func elems(b []byte) []uint64 {
 // byte is checked. Then the same with the independent calls.
 func progLayouts(ctx context.Context, ep *fabric.Endpoint) error {
 	c := ep.World()
-	n, me := c.Size(), c.Rank()
-	// Half the layouts read through the bounce buffer (as buffers larger
-	// than the caches do), one smaller than their runs and not a whole
-	// number of elements.
-	bounceSize = 1000
-	for i, l := range layouts {
-		bounceMin = 8 << 20
-		if i%2 == 1 {
-			bounceMin = 4096
-		}
+	for _, l := range layouts {
 		for _, hc := range hintCases {
 			for _, coll := range []bool{true, false} {
 				if !coll && hc.name != "auto" {
@@ -87,8 +78,6 @@ func progLayouts(ctx context.Context, ep *fabric.Endpoint) error {
 			}
 		}
 	}
-	_ = n
-	_ = me
 	return nil
 }
 

@@ -113,6 +113,19 @@ func progPointers(ctx context.Context, ep *fabric.Endpoint) error {
 	if pos, err := f.SeekShared(ctx, 0, io.SeekCurrent); err != nil || pos != int64(n*k+n*(n+1)/2) {
 		failf("shared pointer after the ordered records: %d %v", pos, err)
 	}
+	// A member's invalid arguments (not whole etypes) fail the ordered
+	// write at every member; none is left waiting in it, and the shared
+	// pointer does not move.
+	bad := rec(me, 100)
+	if me == n-1 {
+		bad = bad[:5]
+	}
+	if _, err := f.WriteOrdered(ctx, bad); !errors.Is(err, fabric.ErrInvalid) {
+		failf("WriteOrdered with rank %d's invalid buffer: %v", n-1, err)
+	}
+	if pos, err := f.SeekShared(ctx, 0, io.SeekCurrent); err != nil || pos != int64(n*k+n*(n+1)/2) {
+		failf("shared pointer after the refused ordered write: %d %v", pos, err)
+	}
 	return nil
 }
 

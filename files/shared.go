@@ -99,21 +99,30 @@ func (f *File) ReadOrdered(ctx context.Context, buf []byte) (int, error) {
 }
 
 func (f *File) ordered(ctx context.Context, write bool, buf []byte) (int, error) {
-	v, err := f.check(write, 0, buf)
-	if err != nil {
-		return 0, err
-	}
 	done, err := f.collective()
 	if err != nil {
 		return 0, err
 	}
 	defer done()
+	// Invalid arguments at one member are told to all (a count of -1),
+	// so that none is left waiting in the collective.
+	v, bad := f.check(write, 0, buf)
+	mine := []int64{-1}
+	if bad == nil {
+		mine[0] = int64(len(buf)) / v.esize
+	}
 	counts := make([]int64, f.n)
-	if err := collectives.Allgather(ctx, f.comm, []int64{int64(len(buf)) / v.esize}, counts); err != nil {
+	if err := collectives.Allgather(ctx, f.comm, mine, counts); err != nil {
 		return 0, err
+	}
+	if bad != nil {
+		return 0, bad
 	}
 	var before, total int64
 	for r, c := range counts {
+		if c < 0 {
+			return 0, fmt.Errorf("%w: files: rank %d's arguments to the ordered access are invalid", fabric.ErrInvalid, r)
+		}
 		if r < f.me {
 			before += c
 		}

@@ -114,16 +114,12 @@ func size(s string) (int64, error) {
 	return v * mult, nil
 }
 
-// call is one data access: where in the process's view, and the
-// file offset its first byte stamps.
-type call struct{ off int64 }
-
 // calls lists this process's accesses, in order, as offsets in its view.
-func (o *Options) calls(n, r int) []call {
-	var out []call
+func (o *Options) calls(n, r int) []int64 {
+	var out []int64
 	if o.View {
 		for v := int64(0); v < o.Block*int64(o.Segments); v += o.Transfer {
-			out = append(out, call{v})
+			out = append(out, v)
 		}
 		return out
 	}
@@ -133,7 +129,7 @@ func (o *Options) calls(n, r int) []call {
 			base = (s*int64(n) + int64(r)) * o.Block
 		}
 		for k := int64(0); k < o.Block; k += o.Transfer {
-			out = append(out, call{base + k})
+			out = append(out, base+k)
 		}
 	}
 	return out
@@ -212,9 +208,6 @@ func Run(ctx context.Context, w *fabric.Comm, o Options, out io.Writer) error {
 			if me == 0 {
 				fmt.Fprintf(out, "%-9s %10.2f %10.4f %6d\n", [2]string{"write", "read"}[k], bw, sec, rep)
 			}
-			if !write || !o.Read {
-				continue
-			}
 		}
 		// Check every byte's stamp, untimed.
 		if o.Read {
@@ -279,7 +272,7 @@ func open(ctx context.Context, comm *fabric.Comm, path string, o Options, write 
 
 // phase times one write or read of the whole pattern, open to close,
 // from the first process's start to the last one's end (as IOR).
-func phase(ctx context.Context, w, comm *fabric.Comm, path string, o Options, write bool, calls []call, buf []byte) (float64, error) {
+func phase(ctx context.Context, w, comm *fabric.Comm, path string, o Options, write bool, calls []int64, buf []byte) (float64, error) {
 	if err := collectives.Barrier(ctx, w); err != nil {
 		return 0, err
 	}
@@ -288,19 +281,19 @@ func phase(ctx context.Context, w, comm *fabric.Comm, path string, o Options, wr
 	if err != nil {
 		return 0, err
 	}
-	for _, c := range calls {
+	for _, off := range calls {
 		var n int
 		switch {
 		case write && o.Collective:
-			stamp(buf, w.Rank(), c.off)
-			n, err = f.WriteAtAll(ctx, c.off, buf)
+			stamp(buf, w.Rank(), off)
+			n, err = f.WriteAtAll(ctx, off, buf)
 		case write:
-			stamp(buf, w.Rank(), c.off)
-			n, err = f.WriteAt(c.off, buf)
+			stamp(buf, w.Rank(), off)
+			n, err = f.WriteAt(off, buf)
 		case o.Collective:
-			n, err = f.ReadAtAll(ctx, c.off, buf)
+			n, err = f.ReadAtAll(ctx, off, buf)
 		default:
-			n, err = f.ReadAt(c.off, buf)
+			n, err = f.ReadAt(off, buf)
 		}
 		if err == nil && n != len(buf) {
 			err = fmt.Errorf("%d bytes of %d", n, len(buf))
@@ -322,18 +315,18 @@ func phase(ctx context.Context, w, comm *fabric.Comm, path string, o Options, wr
 }
 
 // verify reads the file back and checks every stamp.
-func verify(ctx context.Context, comm *fabric.Comm, path string, o Options, calls []call, buf []byte, me int) error {
+func verify(ctx context.Context, comm *fabric.Comm, path string, o Options, calls []int64, buf []byte, me int) error {
 	f, err := open(ctx, comm, path, o, false)
 	if err != nil {
 		return err
 	}
 	defer f.Close(ctx)
-	for _, c := range calls {
+	for _, off := range calls {
 		clear(buf)
-		if _, err := f.ReadAt(c.off, buf); err != nil {
+		if _, err := f.ReadAt(off, buf); err != nil {
 			return err
 		}
-		if err := check(buf, me, c.off); err != nil {
+		if err := check(buf, me, off); err != nil {
 			return err
 		}
 	}
