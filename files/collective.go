@@ -199,14 +199,6 @@ func (f *File) all(ctx context.Context, t uint64, write bool, off int64, buf []b
 	if total == 0 {
 		return 0, nil
 	}
-	size := int64(-1)
-	if !write {
-		st, err := f.fd.Stat()
-		if err != nil {
-			return 0, ioErr("stat", f.path, err)
-		}
-		size = st.Size()
-	}
 	slices.SortFunc(spans, func(a, b span) int { return int(a.lo - b.lo) })
 	interleave := false
 	for i := 1; i < len(spans); i++ {
@@ -224,6 +216,14 @@ func (f *File) all(ctx context.Context, t uint64, write bool, off int64, buf []b
 			n, err = f.pread(p.mine, buf)
 		}
 		return n, err
+	}
+	size := int64(-1)
+	if !write { // (where the file ends, for the count read; not on the direct path, which reads it)
+		st, err := f.fd.Stat()
+		if err != nil {
+			return 0, ioErr("stat", f.path, err)
+		}
+		size = st.Size()
 	}
 	if err := p.twoPhase(ctx); err != nil {
 		return 0, err
