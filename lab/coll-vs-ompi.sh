@@ -13,6 +13,7 @@
 # column is the median of the per-round ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. lab/progress.sh
 rounds=${ROUNDS:-3}
 max=${MAX:-1048576}
 small=${SMALL_ITERS:-20000}
@@ -57,6 +58,7 @@ for np in 2 4; do
 	# millisecond, too short to be steady here: up to 8 KiB both get
 	# $small iterations after $((small / 10)) of warm-up.
 	for ((r = 0; r < rounds; r++)); do
+		progress "coll-vs-ompi: round $((r + 1)) of $rounds"
 		for who in ompi rivet; do
 			((r % 2)) && who=$([ $who = ompi ] && echo rivet || echo ompi)
 			if [ $who = ompi ]; then
@@ -68,6 +70,7 @@ for np in 2 4; do
 			fi
 		done
 	done
+	progress_done
 	median "$out"/ra.$np.* >"$out/ra" && median "$out"/oa.$np.* >"$out/oa"
 	median "$out"/rb.$np.* >"$out/rb" && median "$out"/ob.$np.* >"$out/ob"
 	perround a $np >"$out/pa" && perround b $np >"$out/pb"

@@ -19,6 +19,7 @@
 # On the host it builds everything and re-runs itself inside rxevm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. lab/progress.sh
 rounds=${ROUNDS:-5}
 
 if [ "${1:-}" != "--in-vm" ]; then
@@ -95,9 +96,11 @@ bw() {
 }
 orders=("rivet raw ompi" "raw ompi rivet" "ompi rivet raw")
 for ((r = 0; r < rounds; r++)); do
+	progress "fabric-on-rxe: round $((r + 1)) of $rounds"
 	for who in ${orders[r % 3]}; do lat $who; done
 	[ -n "${LAT_ONLY:-}" ] || for who in ${orders[r % 3]}; do bw $who; done
 done
+progress_done
 
 median() { sort -g "$1" | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else print v[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "nan"}'; }

@@ -38,12 +38,14 @@ for np in 2 4 8; do
 	fail=-failure
 	((np < 3)) && fail=
 	for ((r = 0; r < rounds; r++)); do
+		progress "ft-recover: round $((r + 1)) of $rounds"
 		res=$("${env[@]}" "$BIN/rivet" bench -np $np ft_recover -i "$iters" -x $((iters / 10)) $fail 2>/dev/null || true)
 		for row in "${rows[@]}"; do
 			v=$(awk -v row="$row" '{name = substr($0, 1, 20); sub(/ +$/, "", name)} name == row {print $(NF - 3)}' <<<"$res")
 			echo "${v:--}" >>"$w/$np.${row// /_}"
 		done
 	done
+	progress_done
 	f() { median <"$w/$np.${1// /_}" | decimals 2; }
 	r() { echo "$(ratios "$w/$np.${1// /_}" "$w/$np.${2// /_}" | median | decimals 2) ($(ratios "$w/$np.${1// /_}" "$w/$np.${2// /_}" | median_ci))"; }
 	echo "| $np | $(f barrier) | $(f "allreduce (4 B)") | $(f "comm dup") | $(f agree) | $(f iagree) | $(f shrink) | $(f "shrink (1 failed)") | $(f revoke) | $(r agree "allreduce (4 B)") | $(r shrink "comm dup") | $(r revoke barrier) |"

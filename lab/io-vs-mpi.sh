@@ -49,6 +49,7 @@ for dir in $dirs; do
 			args="-b 1m -t 1m -s $segs -c -i 2"
 			[ $pat = interleaved ] && args="-b 1m -t 64m -s $segs -c -V -i 2"
 			for ((r = 0; r < rounds; r++)); do
+				progress "io-vs-mpi: $dir, $np ranks, $pat, round $((r + 1)) of $rounds"
 				order="rivet ompi"
 				((r % 2)) && order="ompi rivet"
 				for side in $order; do
@@ -60,6 +61,7 @@ for dir in $dirs; do
 					for op in write read; do bw "$w/out" $op >>"$w/$key-$np-$pat-$op.$side" || echo - >>"$w/$key-$np-$pat-$op.$side"; done
 				done
 			done
+			progress_done
 			for op in write read; do
 				f="$w/$key-$np-$pat-$op"
 				row "$dir, $np ranks, $pat collective $op (vs Open MPI $(mpirun.openmpi --version | awk 'NR==1 {print $NF}'))" "$f.rivet" "$f.ompi"
@@ -68,10 +70,12 @@ for dir in $dirs; do
 	done
 	# Sequential: one process, 1 GiB in 1 MiB writes, beside dd.
 	for ((r = 0; r < rounds; r++)); do
+		progress "io-vs-mpi: $dir, sequential, round $((r + 1)) of $rounds"
 		"$w/rivet" bench -np 1 io -b 1g -t 1m -w -o "$dir/rivet-seq.dat" 2>/dev/null | awk '$1 == "write" && $4 ~ /^[0-9]+$/ {print $2}' >>"$w/$key-seq.rivet"
 		rm -f "$dir/dd-seq.dat"
 		dd if=/dev/zero of="$dir/dd-seq.dat" bs=1M count=1024 2>&1 | awk '/copied/ {for (i = 1; i <= NF; i++) if ($i == "s,") print 1024 / $(i - 1)}' >>"$w/$key-seq.dd"
 		rm -f "$dir/dd-seq.dat"
 	done
+	progress_done
 	row "$dir, 1 process, sequential 1 MiB writes (vs dd bs=1M)" "$w/$key-seq.rivet" "$w/$key-seq.dd"
 done

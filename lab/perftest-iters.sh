@@ -85,6 +85,7 @@ run() {
 
 echo "rivet perf and perftest, $test $size B, $iters iterations, $rounds rounds, on $dev (GID $gid); µs"
 for ((r = 0; r < rounds; r++)); do
+	progress "perftest-iters: round $((r + 1)) of $rounds"
 	if ((r % 2 == 0)); then
 		run rivet "$rivet" perf "$test"
 		run perftest "ib_$test"
@@ -93,6 +94,7 @@ for ((r = 0; r < rounds; r++)); do
 		run rivet "$rivet" perf "$test"
 	fi
 done
+progress_done
 
 # Over the rounds: the two programs' run medians (t_typical) are mixtures
 # of the two states in whatever shares the host's spells gave each run;

@@ -55,6 +55,7 @@ measure() {
 	local test=$1 bin=$2 size=$3 iters=$4 col=$5 col2=${6:-$5} r p r2 p2 extra=
 	: >/tmp/perftest-r; : >/tmp/perftest-p; : >/tmp/perftest-r2; : >/tmp/perftest-p2
 	for ((i = 0; i < rounds; i++)); do
+		progress "perftest: round $((i + 1)) of $rounds"
 		port=$((port + 2))
 		rivet_cmd() { run_pair "$rivet" perf "$test" -d "$dev" -x "$gid" -s "$size" -n "$iters" -p "$port" -- \
 			"$rivet" perf "$test" -d "$dev" -x "$gid" -s "$size" -n "$iters" -p "$port" 127.0.0.1; }
@@ -71,6 +72,7 @@ measure() {
 			rivet_cmd | keep /tmp/perftest-r
 		fi
 	done
+	progress_done
 	ratio() { awk -v r="$1" -v p="$2" 'BEGIN {if (p > 0) printf "%.3f", r / p; else print "nan"}'; }
 	# the median over rounds of each round's own ratio, and its interval
 	pairmed() { ratios "$1" "$2" | median | decimals 3; }

@@ -40,6 +40,7 @@ run() { # on|off BENCH ARGS...: the figure of the one row it prints
 iters=100000
 [ "$where" = rxe ] && iters=2000
 for ((r = 0; r < rounds; r++)); do
+	progress "rma-ranges: round $((r + 1)) of $rounds"
 	order="on off"
 	((r % 2)) && order="off on"
 	for side in $order; do
@@ -47,6 +48,7 @@ for ((r = 0; r < rounds; r++)); do
 		run $side osu_put_bw -m 65536:65536 >>"$w/bw.$side"
 	done
 done
+progress_done
 
 echo "# range records on / off, $where, 2 ranks, $rounds rounds; $(nproc) CPUs, kernel $(uname -r)"
 echo "| measure | on | off | ratio on/off (median of per-round ratios) | 95% interval |"

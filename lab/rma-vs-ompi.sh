@@ -67,6 +67,7 @@ if [ "$mode" = shm ]; then
 		"osu_put_bw 64 KiB (MB/s)|osu_put_bw -m 65536:65536|higher|0.9"
 	)
 	for ((r = 0; r < rounds; r++)); do
+		progress "rma-vs-ompi: round $((r + 1)) of $rounds"
 		for m in "${measures[@]}"; do
 			IFS='|' read -r name args _ _ <<<"$m"
 			k=$(echo "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' _)
@@ -79,6 +80,7 @@ if [ "$mode" = shm ]; then
 			fi
 		done
 	done
+	progress_done
 	echo "# one-sided on shared memory, 2 ranks pinned, $rounds rounds; $(nproc) CPUs, $(uname -r)"
 	echo "| measure | Rivet | Open MPI osc/sm | Rivet / Open MPI (median, 95% CI) | target |"
 	echo "|---|---|---|---|---|"
@@ -132,6 +134,7 @@ measures=(
 	"osu_acc_latency 8 B MPI_CHAR|osu_acc_latency -m 8:8|ib_atomic_lat -A FETCH_AND_ADD|2.5"
 )
 for ((r = 0; r < rounds; r++)); do
+	progress "rma-vs-ompi: round $((r + 1)) of $rounds"
 	for m in "${measures[@]}"; do
 		IFS='|' read -r name args ref _ <<<"$m"
 		k=$(echo "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' _)
@@ -144,6 +147,7 @@ for ((r = 0; r < rounds; r++)); do
 		done
 	done
 done
+progress_done
 echo "# one-sided over soft-RoCE ($dev, loopback RC), 2 ranks pinned, $rounds rounds, -i $iters; $(nproc) vCPUs, $(uname -r)"
 echo "| measure | Rivet (µs) | perftest t_avg (µs) | Rivet / perftest (median, 95% CI) | target | Open MPI osc/ucx (µs) | Rivet / Open MPI (median, 95% CI) |"
 echo "|---|---|---|---|---|---|---|"

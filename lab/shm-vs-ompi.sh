@@ -10,6 +10,7 @@
 # median over rounds. Latency: lower is better; bandwidth: higher is better.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. lab/progress.sh
 rounds=${ROUNDS:-5}
 max=${MAX:-4194304}
 out=$(mktemp -d)
@@ -41,7 +42,11 @@ pass() { # ROUND: one measurement of everything, by both, Rivet first on odd rou
 		fi
 	done
 }
-for ((r = 0; r < rounds; r++)); do pass $r; done
+for ((r = 0; r < rounds; r++)); do
+	progress "shm-vs-ompi: round $((r + 1)) of $rounds"
+	pass $r
+done
+progress_done
 
 # median FILES...: per size (column 1), the median of column 2
 median() {

@@ -1,5 +1,8 @@
 # Sourced by the bench scripts: order statistics over rounds. Values are
 # one per line; a "-" line is a round that gave no value and is skipped.
+# It brings lab/progress.sh's progress lines too.
+
+. "$(dirname "${BASH_SOURCE[0]}")/progress.sh"
 
 # median: the median of the values on stdin, or "nan" when there are none.
 median() { grep -v '^-$' | sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else print v[int((NR + 1) / 2)]}'; }

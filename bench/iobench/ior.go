@@ -20,6 +20,7 @@ import (
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/files"
+	"github.com/rivet-hpc/rivet/internal/progress"
 	"github.com/rivet-hpc/rivet/op"
 )
 
@@ -194,11 +195,17 @@ func Run(ctx context.Context, w *fabric.Comm, o Options, out io.Writer) error {
 		fmt.Fprintf(out, "%-9s %10s %10s %6s\n", "access", "bw(MiB/s)", "total(s)", "iter")
 	}
 	var results [2][]float64 // write, read: MiB/s per repetition
+	var prog *progress.Line
+	if me == 0 {
+		prog = progress.New(os.Stderr, "io")
+	}
+	defer prog.Done()
 	for rep := range o.Reps {
 		for k, write := range []bool{true, false} {
 			if write && !o.Write || !write && !o.Read {
 				continue
 			}
+			prog.Step(rep+1, o.Reps, [2]string{"write", "read"}[k])
 			sec, err := phase(ctx, w, comm, path, o, write, calls, buf)
 			if err != nil {
 				return err

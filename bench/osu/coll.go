@@ -178,7 +178,10 @@ func (b Collective) Run(ctx context.Context, c *fabric.Comm, o CollOptions, w io
 	if b.sized {
 		sizes = o.sizes()
 	}
-	for _, size := range sizes {
+	prog := rank0Progress(c, b.Name)
+	defer prog.Done()
+	for i, size := range sizes {
+		prog.Step(i+1, len(sizes), fmt.Sprintf("%d bytes", size))
 		iters, warm := o.counts(size)
 		if err := collectives.Barrier(ctx, c); err != nil {
 			return err

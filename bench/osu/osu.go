@@ -7,8 +7,12 @@ package osu
 
 import (
 	"errors"
+	"os"
+
 	"flag"
 	"fmt"
+	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/progress"
 	"io"
 	"strconv"
 	"strings"
@@ -32,6 +36,15 @@ type Options struct {
 	// iteration's one-way latency (half its round trip) to each row. It
 	// reads the clock every iteration, which OSU's loop does not.
 	Percentiles bool
+}
+
+// rank0Progress is the progress line of benchmark name on rank 0's
+// standard error, shown when that is a terminal (package progress).
+func rank0Progress(c *fabric.Comm, name string) *progress.Line {
+	if c.Rank() != 0 {
+		return nil
+	}
+	return progress.New(os.Stderr, name)
 }
 
 // largeMessage is OSU's LARGE_MESSAGE_SIZE: longer messages use the

@@ -43,7 +43,11 @@ func (b Benchmark) Run(ctx context.Context, c *fabric.Comm, o Options, w io.Writ
 		sbuf[i] = 'a'
 	}
 	var each []float64 // per-iteration one-way latencies, for --percentiles
-	for _, size := range o.sizes() {
+	prog := rank0Progress(c, b.Name)
+	defer prog.Done()
+	sizes := o.sizes()
+	for i, size := range sizes {
+		prog.Step(i+1, len(sizes), fmt.Sprintf("%d bytes", size))
 		iters, warm := o.counts(size)
 		var v float64
 		var err error

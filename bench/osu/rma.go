@@ -397,7 +397,16 @@ func (r *rmaRun) runType(ctx context.Context, t Datatype, out io.Writer) error {
 		}
 		return r.closeWindow(ctx, w, r.o.MaxSize)
 	}
+	prog := rank0Progress(r.c, r.b.Name)
+	defer prog.Done()
+	steps := 0
 	for size := r.o.MinSize; size <= r.o.MaxSize; size *= 2 {
+		steps++
+	}
+	step := 0
+	for size := r.o.MinSize; size <= r.o.MaxSize; size *= 2 {
+		step++
+		prog.Step(step, steps, fmt.Sprintf("%d bytes, %s", size, t.Name))
 		count := size / t.Size
 		if count == 0 {
 			continue

@@ -16,11 +16,13 @@ import (
 	"github.com/rivet-hpc/rivet/bench/ftbench"
 	"github.com/rivet-hpc/rivet/bench/iobench"
 	"github.com/rivet-hpc/rivet/bench/osu"
+	"github.com/rivet-hpc/rivet/bench/results"
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/ft"
 	"github.com/rivet-hpc/rivet/internal/godebug"
 	"github.com/rivet-hpc/rivet/internal/launch"
+	"github.com/rivet-hpc/rivet/internal/progress"
 	"github.com/rivet-hpc/rivet/internal/sysmon"
 )
 
@@ -51,14 +53,38 @@ Flags:
 // never launch again.
 const benchChildEnv = "RIVET_BENCH_CHILD"
 
-func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("rivet bench", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprintf(stderr, benchUsage, osu.Names()); fs.PrintDefaults() }
 	np := fs.Int("np", 2, "ranks to launch when not started by a launcher")
 	detector := fs.Bool("detector", false, "run ft's failure detector in every rank throughout (to measure its cost)")
 	bindTo := fs.String("bind-to", "auto", "with -np, pin rank r to CPU r mod NumCPU: `core`, none, or auto (core when N ≤ CPUs), as rivetrun")
+	format := fs.String("format", "text", "output: `text` (OSU's, byte for byte), json or csv (package bench/results' forms, for rivet plot and dashboards)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	if *format != "text" {
+		encode, ok := map[string]func(io.Writer, []results.Table) error{"json": results.WriteJSON, "csv": results.WriteCSV}[*format]
+		if !ok || fs.Arg(0) == "io" {
+			fmt.Fprintf(stderr, "rivet bench: -format %q: text, json or csv (io prints IOR's summary, text only)\n", *format)
+			return errUsage
+		}
+		// The tests print OSU's text; it becomes the other form at the
+		// end. (Ranks that print nothing print nothing; a parent that
+		// launched the ranks converts what rank 0 converted, unchanged.)
+		var text bytes.Buffer
+		out := stdout
+		stdout = &text
+		defer func() {
+			if err != nil || text.Len() == 0 {
+				return
+			}
+			tables, perr := results.Parse(&text, "rivet bench "+fs.Arg(0))
+			if perr == nil {
+				perr = encode(out, tables)
+			}
+			err = perr
+		}()
 	}
 	bind, err := launch.ParseBinding(*bindTo)
 	if err != nil {
@@ -277,7 +303,10 @@ func ftDetectCmd(ctx context.Context, np int, bind launch.Binding, args []string
 		want = fabric.ExitDeclaredFailed
 	}
 	var times []time.Duration
+	prog := progress.New(stderr, "ft_detect")
+	defer prog.Done()
 	for r := 0; r < *rounds; r++ {
+		prog.Step(r+1, *rounds, "round")
 		var out bytes.Buffer
 		st := launch.Run(ctx, launch.Options{N: np, FT: true, Bind: bind, Stdout: &out, Stderr: stderr,
 			Env: []string{benchChildEnv + "=1", "RIVET_FT_SOURCES=" + *sources}},

@@ -26,11 +26,14 @@ Commands:
   perf <test> [flags] [server]
                            perftest-style latency and bandwidth tests:
                            write_lat read_lat atomic_lat send_lat write_bw read_bw
-  bench [-np N] [test] [OSU options]
+  bench [-np N] [-format text|json|csv] [test] [OSU options]
                            OSU Micro-Benchmarks (osu_latency osu_bw osu_bibw)
                            over the fabric; launches N=2 ranks if run alone
   fault <loss|show|clear> -dev NETDEV [-peer ADDR] [-percent P]
                            drop RoCE packets on a netdev with eBPF (root)
+  plot [-o FILE] [-label A,B] [FILE...]
+                           draw benchmark results (rivet bench, OSU, perftest,
+                           -format json/csv) as SVG or PNG curves
 
 Run "rivet <command> -h" for a command's flags.
 `
@@ -86,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = benchCmd(ctx, args[1:], stdout, stderr)
 	case "fault":
 		err = faultCmd(args[1:], stdout, stderr)
+	case "plot":
+		err = plotCmd(args[1:], os.Stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

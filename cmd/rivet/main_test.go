@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -611,5 +612,84 @@ func TestPerfInterrupt(t *testing.T) {
 		if cliErr == nil || srvErr == nil || !strings.Contains(cliOut.String(), "context canceled") {
 			t.Errorf("%s: client %v, server %v:\n%s\n%s", test, cliErr, srvErr, cliOut.String(), srvOut.String())
 		}
+	}
+}
+
+// TestPlot: rivet plot draws real outputs, reads rivet bench -format
+// json and csv, and names the file and line of bad input.
+func TestPlot(t *testing.T) {
+	td := filepath.Join("..", "..", "bench", "results", "testdata")
+	out, errs, st := rivet("plot", "-label", "Rivet,Open MPI", filepath.Join(td, "rivet-osu_latency.txt"), filepath.Join(td, "ompi-osu_latency.txt"))
+	if st != 0 || !strings.HasPrefix(out, "<?xml") || !strings.Contains(out, "Open MPI") || !strings.Contains(out, "ratio Rivet / Open MPI") {
+		t.Fatalf("status %d, stderr %s, output %.300s", st, errs, out)
+	}
+	dir := t.TempDir()
+	for _, format := range []string{"json", "csv"} {
+		res, errs, st := rivet("bench", "-format", format, "osu_latency", "-m", "1:64", "-i", "50", "-x", "5")
+		if st != 0 {
+			t.Fatalf("bench -format %s: status %d\n%s", format, st, errs)
+		}
+		f := filepath.Join(dir, "lat."+format)
+		if err := os.WriteFile(f, []byte(res), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		png := filepath.Join(dir, format+".png")
+		if _, errs, st := rivet("plot", "-o", png, f); st != 0 {
+			t.Fatalf("plot of -format %s: status %d\n%s\n%s", format, st, errs, res)
+		}
+		if b, err := os.ReadFile(png); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+			t.Errorf("-o %s: %v, %.8q", png, err, b)
+		}
+	}
+	bad := filepath.Join(dir, "bad.txt")
+	os.WriteFile(bad, []byte("# OSU MPI Latency Test v7.4\n# Size          Latency (us)\n1   0.5\n2   n/a\n"), 0o644)
+	if _, errs, st := rivet("plot", bad); st != 1 || !strings.Contains(errs, "bad.txt:4: \"n/a\" is not a number") {
+		t.Errorf("bad input: status %d, stderr %q", st, errs)
+	}
+	if _, errs, st := rivet("plot", "-label", "a,b", bad); st != 2 || !strings.Contains(errs, "-label names 2 series, for 1 files") {
+		t.Errorf("labels: status %d, stderr %q", st, errs)
+	}
+	if _, errs, st := rivet("bench", "-format", "xml", "osu_latency"); st != 2 || !strings.Contains(errs, `-format "xml"`) {
+		t.Errorf("-format xml: status %d, stderr %q", st, errs)
+	}
+}
+
+// TestBenchProgress: rivet bench shows its progress on a terminal, and
+// nothing of it in a pipe, where the output is OSU's alone.
+func TestBenchProgress(t *testing.T) {
+	args := []string{"bench", "osu_latency", "-m", "1:64", "-i", "50", "-x", "5"}
+	term, reader := testutil.Pty(t)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "RIVET_TEST_AS_CLI=1")
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, term
+	got := make(chan string)
+	go func() {
+		var b bytes.Buffer
+		io.Copy(&b, reader) // (until the terminal side closes: EIO)
+		got <- b.String()
+	}()
+	err := cmd.Run()
+	term.Close()
+	seen := <-got
+	if err != nil {
+		t.Fatalf("%v\n%s", err, seen)
+	}
+	if !strings.Contains(seen, "\r\x1b[Kosu_latency: 1 bytes (1 of 7), ") || !strings.Contains(seen, "\r\x1b[K") {
+		t.Errorf("no progress on the terminal: %q", seen)
+	}
+	if strings.Contains(stdout.String(), "\r") {
+		t.Errorf("progress in the output: %q", stdout.String())
+	}
+
+	cmd = exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "RIVET_TEST_AS_CLI=1")
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &errb // (a pipe each)
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	if strings.Contains(errb.String(), "\r") || strings.Contains(errb.String(), "of 7") {
+		t.Errorf("progress in a pipe: %q", errb.String())
 	}
 }

@@ -397,6 +397,11 @@ func describe(e exit) string {
 // line with a "[r] " prefix — and a function that flushes it once the
 // process has exited.
 func (j *job) output(r int, w io.Writer) (io.Writer, func()) {
+	if f, ok := w.(*os.File); ok && !j.Tag {
+		// The process writes to the file itself: a terminal stays one
+		// for it (progress lines show), with no copy in between.
+		return f, func() {}
+	}
 	if !j.Tag {
 		return &lockedWriter{mu: &j.outMu, w: w}, func() {}
 	}
