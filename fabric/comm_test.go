@@ -144,7 +144,7 @@ func progStale(ctx context.Context, ep *Endpoint) error {
 		must(old.Send(ctx, []byte("stale"), 1, 5), "send on the old communicator")
 	}
 	pairSync(ctx, w) // (the stale message is here before rank 1 frees)
-	id := old.contextID()
+	id, oldBase := old.contextID(), old.ctxBase
 	must(old.Free(), "free")
 	pairSync(ctx, w)
 	fresh, err := w.Dup(ctx)
@@ -156,7 +156,11 @@ func progStale(ctx context.Context, ep *Endpoint) error {
 		ep.e.mu.Lock()
 		n := 0
 		for u := ep.e.unexp.head; u != nil; u = u.next {
-			n++
+			// (Only the freed communicator's: rank 0 may already have
+			// sent on the new one, or on w.)
+			if u.h.Ctx&^3 == oldBase {
+				n++
+			}
 		}
 		ep.e.mu.Unlock()
 		if n != 0 {

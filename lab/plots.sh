@@ -19,22 +19,41 @@ if [ "${1:-}" = --in-vm ]; then
 	. lab/rxe-gid.sh
 	gid=$(rxe_gid rxe0)
 	port=18800
-	pair() { # pair OUT CMD...: server and client; the client's output to OUT
-		local out=$1
-		shift
+	pair() { # pair CMD...: a server and a client; the client's output
 		port=$((port + 1))
-		timeout 600 taskset -c 1 "$@" -p $port >/dev/null 2>&1 &
+		timeout 300 taskset -c 1 "$@" -p $port >/dev/null 2>&1 &
 		sleep 0.5
-		timeout 600 taskset -c 0 "$@" -p $port 127.0.0.1 >"$out" 2>/dev/null || true
+		timeout 300 taskset -c 0 "$@" -p $port 127.0.0.1 2>/dev/null || true
 		wait || true
 	}
-	progress "plots: write_lat"
-	pair $res/rxe-write_lat.rivet.txt bin/rivet perf write_lat -d rxe0 -x "$gid" -a -n 1000
-	pair $res/rxe-write_lat.perftest.txt ib_write_lat -d rxe0 -x "$gid" -a -n 1000
-	progress "plots: write_bw"
-	pair $res/rxe-write_bw.rivet.txt bin/rivet perf write_bw -d rxe0 -x "$gid" -a -n 200
-	pair $res/rxe-write_bw.perftest.txt ib_write_bw -d rxe0 -x "$gid" -a -n 200
+	# sweep OUT ITERS SIZES CMD...: CMD at each size; OUT holds the first
+	# run's whole output and each later run's row (perftest's -a would
+	# go to 8 MiB, hours of ping-pong under TCG).
+	sweep() {
+		local out=$1 iters=$2 sizes=$3 s
+		shift 3
+		: >"$out"
+		for s in $sizes; do
+			progress "plots: ${out##*/}: $s bytes"
+			if [ -s "$out" ]; then
+				pair "$@" -s "$s" -n "$iters" | grep -E '^ +[0-9]' >>"$out"
+			else
+				pair "$@" -s "$s" -n "$iters" >"$out"
+			fi
+		done
+	}
+	lat="2 8 32 128 512 2048 8192 32768"
+	bw="1024 4096 16384 65536 262144 1048576"
+	t=$(mktemp -d) # (the VM's writes stay in the VM: the files go out on stdout)
+	sweep $t/rxe-write_lat.rivet.txt 1000 "$lat" bin/rivet perf write_lat -d rxe0 -x "$gid"
+	sweep $t/rxe-write_lat.perftest.txt 1000 "$lat" ib_write_lat -d rxe0 -x "$gid"
+	sweep $t/rxe-write_bw.rivet.txt 200 "$bw" bin/rivet perf write_bw -d rxe0 -x "$gid"
+	sweep $t/rxe-write_bw.perftest.txt 200 "$bw" ib_write_bw -d rxe0 -x "$gid"
 	progress_done
+	for f in $t/*; do
+		echo "=== FILE ${f##*/}"
+		cat "$f"
+	done
 	exit
 fi
 
@@ -56,7 +75,8 @@ if [ "${1:-}" = measure ]; then
 	bin/rivetrun -n 4 -bind-to none bin/rivet bench osu_allreduce 2>/dev/null >$res/shm-osu_allreduce-4.rivet.txt
 	mpirun.openmpi -n 4 --oversubscribe --bind-to none "$w/osu" allreduce 2>/dev/null >$res/shm-osu_allreduce-4.ompi.txt
 	progress_done
-	bin/rxevm -q -topology rxe -timeout 30m bash lab/plots.sh --in-vm
+	bin/rxevm -q -topology rxe -timeout 30m bash lab/plots.sh --in-vm |
+		awk -v d=$res '/^=== FILE / {f = d "/" $3; next} f {print > f}'
 fi
 
 mkdir -p $img

@@ -11,9 +11,9 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
-	"github.com/rivet-hpc/rivet/bench/results"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -21,6 +21,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/rivet-hpc/rivet/bench/results"
 )
 
 // ErrChart is wrapped by errors about what cannot be drawn.
@@ -92,7 +94,7 @@ func Draw(w io.Writer, series []Series, o Options) error {
 		top.Y.Tick.Marker = logTicks{}
 	}
 	top.Legend.Top = true
-	top.Legend.Left = !increasing(series[0])
+	top.Legend.Left = increasing(series[0])
 	for i, s := range series {
 		line, points, err := plotter.NewLinePoints(xys(s))
 		if err != nil {
@@ -161,7 +163,8 @@ func ratioPlot(a, b Series) (*plot.Plot, error) {
 	}
 	p := plot.New()
 	p.X.Label.Text = "Size (bytes)"
-	p.Y.Label.Text = "ratio " + a.Label + " / " + b.Label
+	p.Title.Text = a.Label + " / " + b.Label
+	p.Y.Label.Text = "ratio"
 	sizeAxis(p)
 	lo, hi := 1.0, 1.0
 	for _, q := range pts {
@@ -216,7 +219,9 @@ func sizeLabel(e int) string {
 	return fmt.Sprint(1 << e)
 }
 
-// logTicks labels the powers of ten and marks the 2s and 5s between.
+// logTicks marks 1 to 9 times each power of ten, and labels the powers;
+// on a range of a decade or two the 2s and 5s too, on less than a decade
+// every mark.
 type logTicks struct{}
 
 func (logTicks) Ticks(lo, hi float64) []plot.Tick {
@@ -224,11 +229,12 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 	var ts []plot.Tick
 	for e := a; e <= b; e++ {
 		p := math.Pow(10, e)
-		ts = append(ts, plot.Tick{Value: p, Label: strings.TrimSuffix(fmt.Sprintf("%g", p), ".0")})
-		if b-a <= 3 {
-			ts = append(ts, plot.Tick{Value: 2 * p, Label: fmt.Sprintf("%g", 2*p)}, plot.Tick{Value: 5 * p, Label: fmt.Sprintf("%g", 5*p)})
-		} else {
-			ts = append(ts, plot.Tick{Value: 2 * p}, plot.Tick{Value: 5 * p})
+		for m := 1.0; m <= 9; m++ {
+			t := plot.Tick{Value: m * p}
+			if m == 1 || b-a <= 2 && (m == 2 || m == 5) || hi/lo < 10 {
+				t.Label = strconv.FormatFloat(m*p, 'g', -1, 64)
+			}
+			ts = append(ts, t)
 		}
 	}
 	return ts

@@ -13,8 +13,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rivet-hpc/rivet/bench/results"
 	"gonum.org/v1/plot/plotutil"
+
+	"github.com/rivet-hpc/rivet/bench/results"
 )
 
 func load(t *testing.T, name string) results.Table {
@@ -92,7 +93,7 @@ func TestSVG(t *testing.T) {
 	}
 	texts, paths := svgParts(t, out.Bytes())
 	all := strings.Join(texts, "|")
-	for _, want := range []string{"OSU MPI Latency Test v7.4", "Size (bytes)", "Avg Latency (us)", "Rivet", "Open MPI", "ratio Rivet / Open MPI", "1K"} {
+	for _, want := range []string{"OSU MPI Latency Test v7.4", "Size (bytes)", "Avg Latency (us)", "Rivet", "Open MPI", "Rivet / Open MPI", "ratio", "1K"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no text %q among %q", want, texts)
 		}

@@ -7,15 +7,15 @@ package osu
 
 import (
 	"errors"
-	"os"
-
 	"flag"
 	"fmt"
-	"github.com/rivet-hpc/rivet/fabric"
-	"github.com/rivet-hpc/rivet/internal/progress"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+
+	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/progress"
 )
 
 // Version is the OSU Micro-Benchmarks release whose output this matches.

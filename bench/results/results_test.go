@@ -66,6 +66,16 @@ func TestParse(t *testing.T) {
 			}
 		})
 	}
+	for file, want := range map[string]string{"perftest-ib_write_lat.txt": "t_typical (us)", "perftest-ib_write_bw.txt": "BW average (MB/s)",
+		"rivet-osu_allreduce-f.txt": "Avg Latency (us)", "rivet-osu_bw.txt": "Bandwidth (MB/s)"} {
+		tb := parseFile(t, file)[0]
+		if i, err := tb.Column(""); err != nil || tb.Columns[1+i].String() != want {
+			t.Errorf("%s: the default column is %d (%v), want %q", file, i, err, want)
+		}
+	}
+	if i, err := parseFile(t, "perftest-ib_write_lat.txt")[0].Column("99.9"); err != nil || i != 7 {
+		t.Errorf("Column(\"99.9\") = %d, %v", i, err)
+	}
 	fop := parseFile(t, "rivet-osu_fop_latency-all.txt")
 	if got := fop[2].Notes; !reflect.DeepEqual(got, []string{"Window creation: MPI_Win_allocate", "Synchronization: MPI_Win_flush", "Datatype: MPI_FLOAT."}) {
 		t.Errorf("notes of the third table: %q", got)

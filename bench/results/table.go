@@ -70,13 +70,24 @@ func (t *Table) Sized() bool {
 
 // Column returns the index among the value columns (0 for the column
 // after the key) of the column whose name or header contains name,
-// ignoring case; the first value column when name is empty.
+// ignoring case. With name empty it is the table's headline measure:
+// perftest's t_typical or BW average, else the first value column that
+// is not a count of iterations.
 func (t *Table) Column(name string) (int, error) {
 	if len(t.Columns) < 2 {
 		return 0, fmt.Errorf("%w: %q has no value column", ErrFormat, t.Title)
 	}
 	if name == "" {
-		return 0, nil
+		first := -1
+		for i, c := range t.Columns[1:] {
+			switch {
+			case c.Name == "t_typical" || c.Name == "BW average":
+				return i, nil
+			case first < 0 && !strings.HasPrefix(c.Name, "#") && c.Name != "Iterations":
+				first = i
+			}
+		}
+		return max(first, 0), nil
 	}
 	for i, c := range t.Columns[1:] {
 		if strings.Contains(strings.ToLower(c.String()), strings.ToLower(name)) {

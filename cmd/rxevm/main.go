@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rivet-hpc/rivet/internal/progress"
 	"github.com/rivet-hpc/rivet/internal/vm"
 )
 
@@ -119,10 +120,17 @@ func run(argv []string) int {
 		nodeArgs = []string{"sh", "-c", *nodeCmd}
 	}
 	wd, _ := os.Getwd()
+	guestEnv := os.Environ()
+	if !progress.IsTerminal(os.Stderr) {
+		// The command's output reaches the guest as a serial terminal:
+		// TERM=dumb says it is captured here, so that progress lines
+		// (package progress, lab/progress.sh) stay out of it.
+		guestEnv = append(guestEnv, "TERM=dumb")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	res, err := vm.Run(ctx, vm.Config{
-		Args: fs.Args(), Env: os.Environ(), Dir: wd, Topology: topo,
+		Args: fs.Args(), Env: guestEnv, Dir: wd, Topology: topo,
 		Kernel: *kernel, QEMU: *qemu, CacheDir: *cache, Timeout: *timeout, StartTimeout: *startTimeout,
 		Accel: vm.Accel(*accel), Memory: *mem, CPUs: *cpus, Quiet: *quiet, NodeArgs: nodeArgs,
 		Stdout: os.Stdout, Stderr: os.Stderr,

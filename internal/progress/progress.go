@@ -2,8 +2,9 @@
 
 // Package progress shows where long work is — "osu_latency: 4096 bytes
 // (12 of 23), 3.1 s" — on one line of a terminal, rewritten as the work
-// moves. On anything else (a pipe, a file) it writes nothing, so captured
-// output is the same with or without it.
+// moves. On anything else (a pipe, a file, or a terminal whose TERM is
+// unset or "dumb", as rxevm sets it in a VM whose output it captures) it
+// writes nothing, so captured output is the same with or without it.
 package progress
 
 import (
@@ -37,10 +38,11 @@ func New(w io.Writer, what string) *Line {
 	return l
 }
 
-// IsTerminal reports whether w is a terminal.
+// IsTerminal reports whether w is a terminal someone watches: a
+// terminal device, with TERM set and not "dumb".
 func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
+	if t := os.Getenv("TERM"); !ok || t == "" || t == "dumb" {
 		return false
 	}
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)

@@ -16,6 +16,7 @@ import (
 // TestTerminal: on a terminal the line is drawn, redrawn no more than
 // every tenth of a second, and cleared at the end.
 func TestTerminal(t *testing.T) {
+	t.Setenv("TERM", "xterm")
 	term, reader := testutil.Pty(t)
 	if !IsTerminal(term) {
 		t.Fatal("a pseudo-terminal is not a terminal")
@@ -35,8 +36,17 @@ func TestTerminal(t *testing.T) {
 	}
 }
 
-// TestPipe: in a pipe (or a file) nothing at all is written.
+// TestPipe: in a pipe (or a file), or on a terminal whose TERM is dumb
+// or unset, nothing at all is written.
 func TestPipe(t *testing.T) {
+	for _, term := range []string{"dumb", ""} {
+		t.Setenv("TERM", term)
+		tty, _ := testutil.Pty(t)
+		if IsTerminal(tty) {
+			t.Errorf("TERM=%q: a terminal to show progress on", term)
+		}
+	}
+	t.Setenv("TERM", "xterm")
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ package scripttest
 import (
 	"bytes"
 	"io"
+	"os"
 	"os/exec"
 	"regexp"
 	"testing"
@@ -17,6 +18,7 @@ func TestProgress(t *testing.T) {
 	script := `. ../progress.sh; progress "x: round 1 of 2"; progress "x: round 2 of 2"; progress_done; echo out`
 	term, reader := testutil.Pty(t)
 	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = append(os.Environ(), "TERM=xterm")
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, term
 	if err := cmd.Run(); err != nil {
@@ -30,6 +32,7 @@ func TestProgress(t *testing.T) {
 	}
 
 	cmd = exec.Command("bash", "-c", script)
+	cmd.Env = append(os.Environ(), "TERM=xterm")
 	var errb bytes.Buffer
 	stdout.Reset()
 	cmd.Stdout, cmd.Stderr = &stdout, &errb
@@ -38,5 +41,22 @@ func TestProgress(t *testing.T) {
 	}
 	if errb.Len() != 0 || stdout.String() != "out\n" {
 		t.Errorf("in a pipe: stderr %q, stdout %q", errb.String(), stdout.String())
+	}
+
+	// A terminal whose TERM is dumb (rxevm's, when it captures a VM's
+	// output) gets nothing either.
+	term, reader = testutil.Pty(t)
+	cmd = exec.Command("bash", "-c", script)
+	cmd.Env = append(os.Environ(), "TERM=dumb")
+	stdout.Reset()
+	cmd.Stdout, cmd.Stderr = &stdout, term
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	term.Close()
+	got.Reset()
+	io.Copy(&got, reader)
+	if got.Len() != 0 {
+		t.Errorf("TERM=dumb: stderr %q", got.String())
 	}
 }
