@@ -12,8 +12,9 @@
 #   bash lab/insncount.sh                  # all tests
 #   TESTS="write_lat:4096 osu_latency" bash lab/insncount.sh
 #   TESTS="read_lat:8 osu_get_latency atomic_lat:8 osu_fop_latency" bash lab/insncount.sh
-#       # the one-sided tests (8 bytes; fop and cas with -T mpi_long) run
-#       # Rivet alone: compare them with perftest's read_lat and atomic_lat
+#       # the one-sided tests (8 bytes; fop, cas and acc with -T mpi_long)
+#       # run Rivet alone: compare them with perftest's read_lat and
+#       # atomic_lat; TEST@shm runs one over shared memory
 #
 # Each test runs each program twice, with N1 and N2 iterations (default
 # 1000 and 4000), after an unmarked warm-up run; the difference of the two
@@ -70,7 +71,7 @@ pair() {
 rivet_rma() {
 	local t=$1 n=$2
 	shift 2
-	RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 -bind-to core "$BIN/rivet" bench "$t" -x 100 -i "$n" "$@" 2>/dev/null |
+	RIVET_PROVIDER=${PROV:-verbs} RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 -bind-to core "$BIN/rivet" bench "$t" -x 100 -i "$n" "$@" 2>/dev/null |
 		grep -E '^[0-9]' | tail -1 || true
 }
 rivet_osu() {
@@ -94,12 +95,17 @@ one() {
 }
 for t in $tests; do
 	case $t in
-	osu_get_latency | osu_put_latency | osu_fop_latency | osu_cas_latency) # 8 bytes: -m 8:8, or -T mpi_long
+	osu_get_latency* | osu_put_latency* | osu_fop_latency* | osu_cas_latency* | osu_acc_latency*)
+		# 8 bytes: -m 8:8, or one MPI_LONG; NAME@shm runs over shared
+		# memory (program "rivet-shm"), else over verbs.
+		name=${t%@*} prog=rivet
+		export PROV=verbs
+		if [ "$name" != "$t" ]; then PROV=${t#*@} prog=rivet-$PROV; fi
 		args=(-m 8:8)
-		case $t in osu_fop_latency | osu_cas_latency) args=(-T mpi_long) ;; esac
-		rivet_rma "$t" 300 "${args[@]}" >/dev/null
+		case $name in osu_fop_latency | osu_cas_latency) args=(-T mpi_long) ;; osu_acc_latency) args=(-m 8:8 -T mpi_long) ;; esac
+		rivet_rma "$name" 300 "${args[@]}" >/dev/null
 		for n in "$n1" "$n2"; do
-			one "rivet $t 8" "$n" rivet_rma "$t" "$n" "${args[@]}"
+			one "$prog $name 8" "$n" rivet_rma "$name" "$n" "${args[@]}"
 		done
 		continue
 		;;
