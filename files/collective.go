@@ -761,7 +761,16 @@ func (p *plan) pack(n int64) []byte {
 // garbage collector.
 func (p *plan) unpack(ctx context.Context) {
 	if ctx.Err() == nil {
-		p.f.packs = append(p.f.packs, p.used...)
+		f := p.f
+		f.packs = append(f.packs, p.used...)
+		// A cycle uses at most two per member (a send and a receive):
+		// keep the largest that many, so that calls of growing pieces do
+		// not pile up small ones.
+		if keep := 2 * f.n; len(f.packs) > keep {
+			slices.SortFunc(f.packs, func(a, b []byte) int { return cap(b) - cap(a) })
+			clear(f.packs[keep:])
+			f.packs = f.packs[:keep]
+		}
 	}
 	clear(p.used)
 	p.used = p.used[:0]
