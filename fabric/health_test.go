@@ -39,3 +39,26 @@ func TestHealthPeerGone(t *testing.T) {
 		t.Errorf("rank 2, gone without a goodbye: %v, want failed", err)
 	}
 }
+
+// TestGoneBeforeReached: a process that joined by a spawn and is gone
+// before this one reaches it failed unless it said goodbye. Told only
+// "closed", the agreements never heard of it, and one waited for its
+// contribution for good (examples/ftrespawn, the spawn root killed
+// right after the spawn: about 1 run in 10 under load).
+func TestGoneBeforeReached(t *testing.T) {
+	e := newEngine(0, 3)
+	if err := e.goneCause(2); !errors.Is(err, ErrProcFailed) {
+		t.Errorf("no goodbyes known: %v, want failed", err)
+	}
+	e.health = &health{bye: &goodbyes{fd: -1, said: []bool{false, true, false}}}
+	if err := e.goneCause(1); !errors.Is(err, ErrClosed) || errors.Is(err, ErrProcFailed) {
+		t.Errorf("after its goodbye: %v, want closed", err)
+	}
+	if err := e.goneCause(2); !errors.Is(err, ErrProcFailed) {
+		t.Errorf("without a goodbye: %v, want failed", err)
+	}
+	e.markFailedNow(2, e.goneCause(2))
+	if len(e.order) != 1 || e.order[0] != 2 {
+		t.Errorf("known failed, in order: %v, want [2]", e.order)
+	}
+}

@@ -191,6 +191,16 @@ func (ep *Endpoint) joinSpawned(local []int, ours, theirs []*record, first bool)
 	return ep.makeInter(local, remote, first, &and, gen)
 }
 
+// goneCause is why world rank w, found gone before this process could
+// reach it, is no longer there: it closed if it said goodbye, else it
+// failed. With e.mu held.
+func (e *engine) goneCause(w int) error {
+	if h := e.health; h != nil && h.bye != nil && w < len(h.bye.said) && h.bye.said[w] {
+		return fmt.Errorf("%w: world rank %d closed its endpoint before this process reached it", ErrClosed, w)
+	}
+	return procFailed("world rank %d exited before this process reached it", w)
+}
+
 // reach connects to world rank w, which joined the universe after Init,
 // as its record says: through its segment if it is on this node (and
 // this process shares memory with its node), else over verbs; and
@@ -210,8 +220,13 @@ func (ep *Endpoint) reach(w int, r *record, here bool) error {
 				// Its descriptors are gone (it exited, or is a zombie)
 				// — the spawn returned at other members, and it
 				// finished or failed — before this process reached it:
-				// a peer that left, not an error of the spawn.
-				e.markFailedNow(w, fmt.Errorf("%w: world rank %d left before this process reached it", ErrClosed, w))
+				// a peer that left, not an error of the spawn. Unless it
+				// said goodbye, it failed: its death must reach the
+				// agreements (a process told only "closed" left an
+				// agreement waiting for its contribution for good —
+				// examples/ftrespawn, the spawn root killed right after
+				// the spawn).
+				e.markFailedNow(w, e.goneCause(w))
 				return nil
 			}
 			return err
