@@ -423,6 +423,16 @@ func (w *waiter) round() {
 	}
 }
 
+// note counts a round that made progress on n things some other way
+// than round.
+func (w *waiter) note(n int) {
+	if n > 0 {
+		w.idle = 0
+	} else {
+		w.idle++
+	}
+}
+
 // scanDue reports whether this round should look for failures.
 func (w *waiter) scanDue() bool { return w.i&127 == 127 }
 

@@ -19,6 +19,7 @@ import (
 // lock.
 type memRegistry struct {
 	regions []*memRegion // sorted by address
+	last    *memRegion   // the region find found last: a loop's buffers are mostly one
 }
 
 type memRegion struct {
@@ -53,6 +54,9 @@ func (m *memRegistry) find(b []byte) *memRegion {
 		return nil
 	}
 	p := addrOf(b)
+	if r := m.last; r != nil && p >= r.lo && p+uintptr(len(b)) <= r.hi {
+		return r
+	}
 	i, _ := slices.BinarySearchFunc(m.regions, p, func(r *memRegion, p uintptr) int {
 		switch {
 		case r.hi <= p:
@@ -69,6 +73,7 @@ func (m *memRegistry) find(b []byte) *memRegion {
 	if p < r.lo || p+uintptr(len(b)) > r.hi {
 		return nil
 	}
+	m.last = r
 	return r
 }
 
@@ -82,6 +87,7 @@ func (m *memRegistry) add(mem *verbs.Memory, user []byte) {
 		return 1
 	})
 	m.regions = slices.Insert(m.regions, i, r)
+	m.last = nil
 }
 
 func (m *memRegistry) remove(b []byte) error {
@@ -97,6 +103,7 @@ func (m *memRegistry) remove(b []byte) error {
 				return err
 			}
 			m.regions = slices.Delete(m.regions, i, i+1)
+			m.last = nil
 			return nil
 		}
 	}

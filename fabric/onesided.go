@@ -152,62 +152,119 @@ func (ep *Endpoint) checkRemote(peer int, m RemoteMem, off, n uint64) error {
 }
 
 // oneSided checks an operation of n bytes at off in m against m's bounds
-// and peer's route, and issues it, waiting for room if needed.
+// and peer's route, and issues it, waiting for room if needed. The first
+// try is made directly: only a full queue or a peer not yet connected
+// takes the general wait.
 func (ep *Endpoint) oneSided(ctx context.Context, peer int, m RemoteMem, off, n uint64, issue func(*verbsProvider) (bool, error)) error {
 	if err := ep.checkRemote(peer, m, off, n); err != nil {
 		return err
 	}
 	e := ep.e
-	return e.waitUntilErr(ctx, func() (bool, error) {
-		if err := e.failed[peer]; err != nil {
-			return true, e.peerError(nil, peer, err)
-		}
-		v := ep.verbs
-		if v == nil || !v.Reaches(peer) {
-			return true, fmt.Errorf("fabric: one-sided operations to world rank %d need the verbs provider (it is reached over %q): %w", peer, ep.Provider(peer), ErrNotSupported)
-		}
-		done, err := issue(v)
-		if errors.Is(err, rdma.ErrTooLong) {
-			err = fmt.Errorf("%w: %v", ErrInvalid, err)
-		}
-		return done, err
-	})
+	e.mu.Lock()
+	done, err := ep.tryOneSided(peer, issue)
+	e.mu.Unlock()
+	if done {
+		return err
+	}
+	return e.waitUntilErr(ctx, func() (bool, error) { return ep.tryOneSided(peer, issue) })
+}
+
+// tryOneSided issues an operation to peer with issue, if it can; with
+// e.mu held.
+func (ep *Endpoint) tryOneSided(peer int, issue func(*verbsProvider) (bool, error)) (bool, error) {
+	e := ep.e
+	if err := e.failed[peer]; err != nil {
+		return true, e.peerError(nil, peer, err)
+	}
+	v := ep.verbs
+	if v == nil || !v.Reaches(peer) {
+		return true, fmt.Errorf("fabric: one-sided operations to world rank %d need the verbs provider (it is reached over %q): %w", peer, ep.Provider(peer), ErrNotSupported)
+	}
+	done, err := issue(v)
+	if errors.Is(err, rdma.ErrTooLong) {
+		err = fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return done, err
 }
 
 // Flush waits until every one-sided operation issued to peer is complete
 // at the peer (and a Get's or an atomic's result is in place), and
 // returns the first error among them.
+//
+// Its wait looks at the queue that one-sided completions arrive on, and
+// makes general progress (messages, failure notices) every 16th look:
+// the completion of an operation is then one poll of that queue, not a
+// round of every provider.
 func (ep *Endpoint) Flush(ctx context.Context, peer int) error {
 	if peer < 0 || peer >= ep.size {
 		return fmt.Errorf("%w: world rank %d of %d", ErrRank, peer, ep.size)
 	}
 	e := ep.e
-	return e.waitUntilErr(ctx, func() (bool, error) {
-		var c *rdma.Counts
-		if v := ep.verbs; v != nil {
-			c = v.OneSided(peer)
+	w := waiter{e: e, ctx: ctx}
+	e.mu.Lock()
+	for {
+		if done, err := ep.flushed(peer); done {
+			e.mu.Unlock()
+			return err
 		}
-		if c == nil {
-			return true, nil // nothing was ever issued to it
+		if v := ep.verbs; v != nil && w.i&15 != 15 {
+			w.note(v.PollOneSided())
+		} else {
+			w.round()
 		}
-		if c.Done != c.Issued {
-			if err := e.failed[peer]; err != nil {
-				return true, e.peerError(nil, peer, err)
-			}
-			return false, nil
+		if done, err := ep.flushed(peer); done {
+			e.mu.Unlock()
+			return err
 		}
-		err := c.Err
-		c.Err = nil
-		if f := e.failed[peer]; err != nil && f != nil {
-			// The completion error broke the connection, and the poll
-			// that found it recorded the peer as failed (a dead peer's
-			// NIC may answer with a remote access error rather than
-			// not at all): report it as an operation involving a
-			// failed peer does.
-			return true, e.peerError(nil, peer, f)
+		if e.closed {
+			e.mu.Unlock()
+			return ErrClosed
 		}
-		return true, err
-	})
+		if w.scanDue() {
+			e.scan(nil)
+		}
+		e.mu.Unlock()
+		if w.pause() {
+			return ctx.Err()
+		}
+		e.mu.Lock()
+	}
+}
+
+// flushed reports whether every one-sided operation to peer completed,
+// with the first error among them; with e.mu held. A completion error
+// is reported only after a general progress round, which records the
+// failure of the peer that the error may reveal.
+func (ep *Endpoint) flushed(peer int) (bool, error) {
+	e := ep.e
+	var c *rdma.Counts
+	if v := ep.verbs; v != nil {
+		c = v.OneSided(peer)
+	}
+	if c == nil {
+		return true, nil // nothing was ever issued to it
+	}
+	if c.Done != c.Issued {
+		if err := e.failed[peer]; err != nil {
+			return true, e.peerError(nil, peer, err)
+		}
+		return false, nil
+	}
+	if c.Err == nil {
+		return true, nil
+	}
+	e.progress() // (provider failures are handled last in a round)
+	err := c.Err
+	c.Err = nil
+	if f := e.failed[peer]; f != nil {
+		// The completion error broke the connection, and the poll
+		// that found it recorded the peer as failed (a dead peer's
+		// NIC may answer with a remote access error rather than
+		// not at all): report it as an operation involving a
+		// failed peer does.
+		return true, e.peerError(nil, peer, f)
+	}
+	return true, err
 }
 
 // oneSidedCounts returns how many one-sided operations this process

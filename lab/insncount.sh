@@ -33,6 +33,15 @@ if [ "${1:-}" != --in-vm ]; then
 	gcc -O2 -static -nostdlib -fno-pie -no-pie -Wl,--section-start=.text=0x13370000 -o "$out/mark" lab/qemu/mark.c
 	CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
 	go build -o "$out/rivet" ./cmd/rivet
+	# The one-sided tests' target rank runs a copy linked at another
+	# address, so that the counts of the issuing rank's own code (the
+	# "own" lines) leave it out wherever each ran.
+	go build -ldflags=-T=0x20001000 -o "$out/rivet-target" ./cmd/rivet
+	go build -C lab -o "$out/rmaloop" ./rmaloop
+	go build -C lab -ldflags=-T=0x20001000 -o "$out/rmaloop-target" ./rmaloop
+	# rank PROG ARGS...: rank 0 runs BIN/PROG, the others BIN/PROG-target
+	printf '#!/bin/sh\np=$1\nshift\n[ "$PMI_RANK" = 0 ] || exec "%s/$p-target" "$@"\nexec "%s/$p" "$@"\n' "$out" "$out" >"$out/rank"
+	chmod +x "$out/rank"
 	go build -o "$out/rivetrun" ./cmd/rivetrun
 	go build -C lab -o "$out/insncount" ./insncount
 	case " $tests " in *" osu_latency "*) mpicc.openmpi -O2 -o "$out/ompi_osu" bench/osu/testdata/osu.c ;; esac
@@ -46,7 +55,7 @@ if [ "${1:-}" != --in-vm ]; then
 	grep '^SECTION ' "$out/log" | cut -d' ' -f2- >"$out/sections"
 	echo
 	echo "VM kernel $(grep '^KERNEL ' "$out/log" | cut -d' ' -f2-), N1=$n1 N2=$n2"
-	"$out/insncount" -counts "$out/counts" -sections "$out/sections" -bin "$out/rivet" -top "${TOP:-0}"
+	"$out/insncount" -counts "$out/counts" -sections "$out/sections" -bin "$out/rivet" -bin "$out/rmaloop" -top "${TOP:-0}"
 	exit
 fi
 
@@ -71,7 +80,7 @@ pair() {
 rivet_rma() {
 	local t=$1 n=$2
 	shift 2
-	RIVET_PROVIDER=${PROV:-verbs} RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 -bind-to core "$BIN/rivet" bench "$t" -x 100 -i "$n" "$@" 2>/dev/null |
+	RIVET_PROVIDER=${PROV:-verbs} RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 -bind-to core "$BIN/rank" rivet bench "$t" -x 100 -i "$n" "$@" 2>/dev/null |
 		grep -E '^[0-9]' | tail -1 || true
 }
 rivet_osu() {
@@ -95,17 +104,27 @@ one() {
 }
 for t in $tests; do
 	case $t in
+	rmaloop | rmaloop@*)
+		# Rivet's put, get, fetch-and-op, compare-and-swap and
+		# accumulate, each with a flush, marked by the program itself
+		# around its loops (lab/rmaloop); @shm over shared memory.
+		prov=verbs
+		if [ "$t" != rmaloop ]; then prov=${t#*@}; fi
+		RIVET_PROVIDER=$prov RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 -bind-to core "$BIN/rank" rmaloop \
+			-n1 "$n1" -n2 "$n2" | sed "s/^SECTION rmaloop \([a-z]*\)/SECTION rmaloop \1@$prov/"
+		continue
+		;;
 	osu_get_latency* | osu_put_latency* | osu_fop_latency* | osu_cas_latency* | osu_acc_latency*)
 		# 8 bytes: -m 8:8, or one MPI_LONG; NAME@shm runs over shared
-		# memory (program "rivet-shm"), else over verbs.
-		name=${t%@*} prog=rivet
+		# memory, else over verbs.
+		name=${t%@*}
 		export PROV=verbs
-		if [ "$name" != "$t" ]; then PROV=${t#*@} prog=rivet-$PROV; fi
+		if [ "$name" != "$t" ]; then PROV=${t#*@}; fi
 		args=(-m 8:8)
 		case $name in osu_fop_latency | osu_cas_latency) args=(-T mpi_long) ;; osu_acc_latency) args=(-m 8:8 -T mpi_long) ;; esac
 		rivet_rma "$name" 300 "${args[@]}" >/dev/null
 		for n in "$n1" "$n2"; do
-			one "$prog $name 8" "$n" rivet_rma "$name" "$n" "${args[@]}"
+			one "rivet $t 8" "$n" rivet_rma "$name" "$n" "${args[@]}"
 		done
 		continue
 		;;

@@ -114,6 +114,7 @@ func (w *Window) storeCtl(ctx context.Context, r, i int, v uint64) error {
 	}
 	s := 8 * scratchOf(w.n, i)
 	atomic.StoreUint64(word(w.scratch, uint64(s)), v)
+	t.pending = true
 	return w.ep.Put(ctx, t.nicRank, t.rcl, uint64(8*i), w.scratch[s:s+8])
 }
 
@@ -152,10 +153,15 @@ func (w *Window) ctlAt(i int) uint64 { return atomic.LoadUint64(word(w.ctl, uint
 
 // flushTarget completes every operation issued to window rank r.
 func (w *Window) flushTarget(ctx context.Context, r int) error {
-	if t := &w.targets[r]; t.nicRank >= 0 && w.nic {
-		return w.ep.Flush(ctx, t.nicRank)
+	t := &w.targets[r]
+	if t.nicRank < 0 || !w.nic || !t.pending {
+		return nil
 	}
-	return nil
+	err := w.ep.Flush(ctx, t.nicRank)
+	if err == nil {
+		t.pending = false
+	}
+	return err
 }
 
 // flushAll completes every operation this process issued on the window;

@@ -96,8 +96,10 @@ func transfer[T any](ctx context.Context, w *Window, buf []T, r, disp int, put b
 	case t.local:
 		copy(b, t.data[off:])
 	case put:
+		w.targets[r].pending = true
 		return w.targetErr(r, w.ep.Put(ctx, t.nicRank, t.rdata, off, b))
 	default:
+		w.targets[r].pending = true
 		w.reading(r, b)
 		return w.targetErr(r, w.ep.Get(ctx, t.nicRank, t.rdata, off, b))
 	}
@@ -139,6 +141,13 @@ func FetchAndOp[T any](ctx context.Context, w *Window, origin T, r, disp int, o 
 func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, disp int, o *op.Op[T]) error {
 	if fastAccumulate(w, origin, result, r, disp, o) {
 		return nil
+	}
+	if u := reduce.Ref(o); w.nic && u.Fn != nil && u.Kind == reduce.KSum && numKindOf(u.Elem) == numInt && unsafe.Sizeof(*new(T)) == 8 {
+		var out []byte
+		if result != nil {
+			out = elem.Bytes(result)
+		}
+		return w.nicSum(ctx, elem.Bytes(origin), out, r, disp)
 	}
 	if err := plainCheck[T](); err != nil {
 		return err
@@ -199,6 +208,32 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 	}
 	if err != nil && ctx.Err() == nil {
 		w.lostResult(r, w.rangeAt(disp, off), n*esz, u.Kind != reduce.KNoOp, out)
+	}
+	return w.targetErr(r, err)
+}
+
+// nicSum is accumulate's path for sums of 8-byte integers in the NIC's
+// atomicity domain: a fetch-and-add per element, with no function value
+// to call (and so no copy of the operands), and no reflection.
+func (w *Window) nicSum(ctx context.Context, in, out []byte, r, disp int) error {
+	if err := w.begin(); err != nil {
+		return err
+	}
+	defer w.mu.Unlock()
+	n := len(in)
+	t, off, err := w.access(ctx, r, disp, n)
+	if err != nil || n == 0 {
+		return err
+	}
+	if off%8 != 0 {
+		return fmt.Errorf("%w: an accumulate at byte %d, not aligned to its 8-byte elements", ErrType, off)
+	}
+	if err := w.record(ctx, r, disp, off, n); err != nil {
+		return w.targetErr(r, err)
+	}
+	err = w.faddElems(ctx, t, off, in, out)
+	if err != nil && ctx.Err() == nil {
+		w.lostResult(r, w.rangeAt(disp, off), n, true, out)
 	}
 	return w.targetErr(r, err)
 }

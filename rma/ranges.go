@@ -153,6 +153,7 @@ func (w *Window) writeRecords(ctx context.Context, t *target, r int) error {
 		atomic.StoreUint64(word(b, uint64(16*i)), s.lo)
 		atomic.StoreUint64(word(b, uint64(16*i+8)), s.hi)
 	}
+	w.targets[r].pending = true
 	return w.ep.Put(ctx, t.nicRank, t.rcl, off, b)
 }
 

@@ -113,7 +113,7 @@ type Window struct {
 	// the others (abandon).
 	abandoned bool
 
-	polled time.Time // when begin last polled the fabric
+	polled time.Duration // when begin last polled the fabric, since clockBase
 }
 
 // target is how this process reaches one member's window.
@@ -125,6 +125,10 @@ type target struct {
 	data, ctl  []byte // mapped (local targets), for copies and CPU atomics
 	rdata, rcl fabric.RemoteMem
 	nicRank    int // the world rank whose queue pair reaches rdata/rcl
+	// pending says that puts or gets to it went to the NIC since its
+	// last flush: a flush with nothing pending has nothing to wait for
+	// (the accumulate family completes before it returns).
+	pending bool
 }
 
 // Allocate creates a window of size bytes of memory the window allocates

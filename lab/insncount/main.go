@@ -126,7 +126,11 @@ func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("insncount", flag.ContinueOnError)
 	countsPath := fs.String("counts", "", "the plugin's output `file`")
 	sectionsPath := fs.String("sections", "", "the `file` naming each marked run: label and iterations")
-	bin := fs.String("bin", "", "an ELF `binary` (non-PIE, as Go builds by default) whose symbols name the work of the labels that start with its base name")
+	var bins []string
+	fs.Func("bin", "an ELF `binary` (non-PIE, as Go builds by default) whose symbols name the work of the labels that start with its base name (repeatable)", func(s string) error {
+		bins = append(bins, s)
+		return nil
+	})
 	top := fs.Int("top", 0, "list the `N` functions of -bin with the most work per iteration")
 	pollMin := fs.Float64("poll", 8, "a user block run more than this many times per iteration is polling")
 	vcpus := fs.Int("vcpus", 2, "vCPUs to report")
@@ -147,11 +151,13 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var syms *symtab
-	if *bin != "" {
-		if syms, err = readSymbols(*bin); err != nil {
+	var tabs []*symtab
+	for _, b := range bins {
+		t, err := readSymbols(b)
+		if err != nil {
 			return err
 		}
+		tabs = append(tabs, t)
 	}
 	labels, diffs, err := pair(runs)
 	if err != nil {
@@ -169,6 +175,16 @@ func run(args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, " | work, all vCPUs %7.0f | blocks %5.0f + %4.0f | lookups %5.0f + %4.0f | atomics %4.0f + %3.0f\n",
 			all.total(), all.kernelBlocks, all.workBlocks, all.kernelLookups, all.workLookups, all.kernelAtomics, all.workAtomics)
+		var syms *symtab
+		for _, t := range tabs {
+			if strings.HasPrefix(l, t.name+" ") {
+				syms = t
+			}
+		}
+		if syms != nil {
+			o := d.own(syms, *pollMin, *vcpus)
+			fmt.Fprintf(out, "    own: %.0f instructions, %.1f atomics, %.0f blocks, %.0f lookups\n", o.n, o.atomic, o.blocks, o.lookups)
+		}
 		if syms != nil && *top > 0 && strings.HasPrefix(l, syms.name+" ") {
 			for _, f := range d.byFunc(syms, *pollMin, *vcpus, *top) {
 				fmt.Fprintf(out, "    %7.0f %5.1f %4.1f  %s\n", f.n, f.lookups, f.atomic, f.name)
@@ -357,6 +373,27 @@ type funcWork struct {
 	name            string
 	n               float64 // instructions
 	lookups, atomic float64
+	blocks          float64
+}
+
+// own sums, over vCPUs, the user work per iteration of the blocks inside
+// syms' binary: the program's own, wherever it ran. A peer that runs
+// the same program from a copy linked at another address (lab/
+// insncount.sh links the target rank's so) is not counted.
+func (d perIter) own(syms *symtab, pollMin float64, vcpus int) funcWork {
+	var f funcWork
+	for k, c := range d {
+		if !syms.holds(k.pc) || polling(c, pollMin) {
+			continue
+		}
+		for v := 0; v < vcpus; v++ {
+			f.n += c[v] * float64(k.n)
+			f.atomic += c[v] * float64(k.atomics)
+			f.blocks += c[v]
+			f.lookups += c[maxVCPUs+v]
+		}
+	}
+	return f
 }
 
 // byFunc lists the functions of syms with the most user work per
@@ -364,7 +401,7 @@ type funcWork struct {
 func (d perIter) byFunc(syms *symtab, pollMin float64, vcpus, top int) []funcWork {
 	m := map[string]*funcWork{}
 	for k, c := range d {
-		if k.pc >= kernelBase {
+		if !syms.holds(k.pc) {
 			continue
 		}
 		if polling(c, pollMin) {
@@ -437,6 +474,9 @@ func readSymbols(path string) (*symtab, error) {
 	}
 	return t, nil
 }
+
+// holds reports whether pc is in the binary's functions.
+func (t *symtab) holds(pc uint64) bool { return pc >= t.addrs[0] && pc < t.end }
 
 // lookup names the function holding pc; code outside the binary (the
 // vDSO, other mappings) is "other".

@@ -138,8 +138,13 @@ static void exec_mark(unsigned int vcpu, void *udata)
 			count[i] = __atomic_load_n(&b->count[i], __ATOMIC_ACQUIRE);
 			any |= count[i] != 0;
 		}
-		if (!any)
+		if (!any) {
+			// A lookup counted after the last reset of its block's
+			// executions, on a vCPU still running: it must not add up
+			// over marks (the marker may run while the other vCPUs do).
+			memset(b->lookups, 0, sizeof b->lookups);
 			continue;
+		}
 		fprintf(out, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %c", b->pc, b->n, b->atomics, b->exit);
 		for (int i = 0; i < MAX_VCPUS; i++)
 			fprintf(out, " %" PRIu64, count[i]);

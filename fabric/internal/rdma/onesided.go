@@ -31,10 +31,11 @@ func (c *Counts) fail(err error) {
 	}
 }
 
-// inflight is a one-sided operation in flight whose result needs a copy
-// when it completes: a read into memory the registry does not know, or an
-// atomic.
+// inflight is a one-sided operation in flight: the queue pair whose
+// counts its completion updates, and what the completion must copy — a
+// read into memory the registry does not know, or an atomic's result.
 type inflight struct {
+	link   *link // the queue pair it was issued on
 	stage  *verbs.MR
 	dst    []byte
 	result *uint64
@@ -92,6 +93,7 @@ func (v *Provider) RDMA(w int, op verbs.Opcode, remote verbs.RemoteBuf, buf []by
 		return false, nil
 	}
 	o := &v.oneSided[i]
+	o.link = p
 	if mr == nil {
 		if o.stage, err = v.getStage(len(buf)); err != nil {
 			v.endOneSided(i)
@@ -123,7 +125,7 @@ func (v *Provider) Atomic(w int, wr verbs.SendWR, remote verbs.RemoteBuf, result
 		return false, nil
 	}
 	o := &v.oneSided[i]
-	o.result = result
+	o.link, o.result = p, result
 	o.sge[0] = verbs.SGE{MR: v.atoms, Offset: uint64(i * 8), Length: 8}
 	wr.ID, wr.Flags, wr.Local, wr.Remote = wrOneSided|uint64(i), verbs.Signaled, o.sge[:], remote
 	v.wr[0] = wr

@@ -738,6 +738,11 @@ func (v *Provider) Poll(budget, direct int) int {
 	return got
 }
 
+// PollOneSided handles the completions on the queue where sends and
+// one-sided operations complete, and returns how many it handled: what a
+// flush waits for, without the rest of Poll.
+func (v *Provider) PollOneSided() int { return v.drain(v.cq, len(v.wcs)) }
+
 // drain handles up to max completions from cq.
 func (v *Provider) drain(cq *verbs.CQ, max int) int {
 	n, err := cq.Poll(v.wcs[:max])
@@ -794,9 +799,7 @@ func (v *Provider) complete(wc *verbs.WorkCompletion) {
 		case wrRead:
 			v.readEnded(i, wc.Err())
 		case wrOneSided:
-			if p := v.byQPN[wc.QPN]; p != nil {
-				p.oneSided.fail(wc.Err())
-			}
+			v.oneSided[i].link.oneSided.fail(wc.Err())
 			v.oneSidedDone(i, false)
 		case wrBeat:
 			v.peers[i].beatBusy = false
@@ -816,9 +819,7 @@ func (v *Provider) complete(wc *verbs.WorkCompletion) {
 	case wrRead:
 		v.readEnded(i, nil)
 	case wrOneSided:
-		if p := v.byQPN[wc.QPN]; p != nil {
-			p.oneSided.Done++
-		}
+		v.oneSided[i].link.oneSided.Done++
 		v.oneSidedDone(i, true)
 	case wrProbe:
 		v.peers[i].probing = false
