@@ -113,10 +113,13 @@ static void exec_block(unsigned int vcpu, void *udata)
 {
 	struct block *b = udata;
 	unsigned v = vcpu < MAX_VCPUS ? vcpu : MAX_VCPUS - 1;
-	b->count[v]++;
+	// Atomic adds, because exec_mark takes its snapshots off them while
+	// this vCPU runs on: a plain increment could write back a value from
+	// before the snapshot was taken off.
+	__atomic_fetch_add(&b->count[v], 1, __ATOMIC_RELAXED);
 	struct block *a = last[v];
 	if (a && looked_up(a, b))
-		a->lookups[v]++;
+		__atomic_fetch_add(&a->lookups[v], 1, __ATOMIC_RELAXED);
 	last[v] = b;
 }
 
@@ -129,21 +132,23 @@ static void exec_mark(unsigned int vcpu, void *udata)
 		// The other vCPUs run on meanwhile: take the lookups before the
 		// executions, so that a lookup counted is never one whose
 		// execution is not (a block's execution comes before its
-		// lookup), and reset in the same order.
+		// lookup), and take off what was counted, rather than clearing:
+		// what came after the snapshot goes to the next section.
 		uint64_t lookups[MAX_VCPUS], count[MAX_VCPUS];
 		bool any = false;
-		for (int i = 0; i < MAX_VCPUS; i++)
+		for (int i = 0; i < MAX_VCPUS; i++) {
 			lookups[i] = __atomic_load_n(&b->lookups[i], __ATOMIC_ACQUIRE);
+			any |= lookups[i] != 0;
+		}
 		for (int i = 0; i < MAX_VCPUS; i++) {
 			count[i] = __atomic_load_n(&b->count[i], __ATOMIC_ACQUIRE);
 			any |= count[i] != 0;
 		}
-		if (!any) {
-			// A lookup counted after the last reset of its block's
-			// executions, on a vCPU still running: it must not add up
-			// over marks (the marker may run while the other vCPUs do).
-			memset(b->lookups, 0, sizeof b->lookups);
+		if (!any)
 			continue;
+		for (int i = 0; i < MAX_VCPUS; i++) {
+			__atomic_fetch_sub(&b->count[i], count[i], __ATOMIC_RELAXED);
+			__atomic_fetch_sub(&b->lookups[i], lookups[i], __ATOMIC_RELAXED);
 		}
 		fprintf(out, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %c", b->pc, b->n, b->atomics, b->exit);
 		for (int i = 0; i < MAX_VCPUS; i++)
@@ -151,8 +156,6 @@ static void exec_mark(unsigned int vcpu, void *udata)
 		for (int i = 0; i < MAX_VCPUS; i++)
 			fprintf(out, " %" PRIu64, lookups[i]);
 		fputc('\n', out);
-		memset(b->count, 0, sizeof b->count);
-		memset(b->lookups, 0, sizeof b->lookups);
 	}
 	fflush(out);
 	pthread_mutex_unlock(&lock);
