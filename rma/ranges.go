@@ -68,7 +68,16 @@ func (rc *records) covers(lo, hi uint64) bool {
 	return false
 }
 
-func (rc *records) empty() bool { return rc.s == [recSlots]span{} }
+// empty reports whether no range is recorded (a loop, not an array
+// comparison, which is a call to memequal on every flush).
+func (rc *records) empty() bool {
+	for _, s := range rc.s {
+		if s != (span{}) {
+			return false
+		}
+	}
+	return true
+}
 
 // add makes the records cover [lo, hi): after a flush they start again
 // from it alone; otherwise the range goes to an empty slot, or extends

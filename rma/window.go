@@ -114,6 +114,7 @@ type Window struct {
 	abandoned bool
 
 	polled time.Duration // when begin last polled the fabric, since clockBase
+	calls  uint32        // begin's calls, for polling every 8th
 }
 
 // target is how this process reaches one member's window.

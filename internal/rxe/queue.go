@@ -95,7 +95,7 @@ func (q *Queue) NextSlot(n uint32) unsafe.Pointer { return q.slot(q.local + n) }
 // Publish makes n filled slots visible to the kernel (store-release).
 func (q *Queue) Publish(n uint32) {
 	q.local = (q.local + n) & q.mask
-	atomic.StoreUint32(q.prod, q.local)
+	storeRelease(q.prod, q.local)
 }
 
 // Consumer side (completion queues).
@@ -116,5 +116,5 @@ func (q *Queue) Peek() unsafe.Pointer {
 // Consume hands the oldest slot back to the kernel (store-release).
 func (q *Queue) Consume() {
 	q.local = (q.local + 1) & q.mask
-	atomic.StoreUint32(q.cons, q.local)
+	storeRelease(q.cons, q.local)
 }
