@@ -109,6 +109,21 @@ func (w *Window) rmwBatch(ctx context.Context, t *target, lo, hi, off uint64, n 
 // previous values.
 func (w *Window) faddElems(ctx context.Context, t *target, off uint64, in, out []byte) error {
 	n := len(in) / 8
+	if n == 1 {
+		// One element (FetchAndOp, the commonest): no batch to keep.
+		add := ne.Uint64(in)
+		if err := w.ep.FetchAndAdd(ctx, t.nicRank, t.rdata, off, add, &w.res1); err != nil {
+			return err
+		}
+		if err := w.ep.Flush(ctx, t.nicRank); err != nil {
+			return err
+		}
+		if out != nil {
+			ne.PutUint64(out, w.res1)
+		}
+		w.cas.put(t.world, off, w.res1+add)
+		return nil
+	}
 	for b := 0; b < n; b += casBatch {
 		m := min(n-b, casBatch)
 		w.res = grow(w.res, m)

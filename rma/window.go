@@ -93,6 +93,7 @@ type Window struct {
 
 	st    epochs   // this process's synchronization state
 	res   []uint64 // atomic results, one per word in flight
+	res1  uint64   // the result of a single fetch-and-add
 	guess []uint64 // what rmw expects each word to hold
 	pend  []int    // the words rmw has yet to swap
 	cas   casCache
