@@ -323,8 +323,9 @@ func (w *Window) wordRMW(p *uint64, opk reduce.Kind, nk numKind, cmp, in, out []
 	case cmp != nil:
 		c, v := ne.Uint64(cmp), ne.Uint64(in)
 		for {
-			// A value other than c is the answer as of the load.
-			if old = atomic.LoadUint64(p); old != c || atomic.CompareAndSwapUint64(p, c, v) {
+			// A value other than c is the answer as of the load; so is c
+			// when v is c (the swap would change nothing).
+			if old = atomic.LoadUint64(p); old != c || c == v || atomic.CompareAndSwapUint64(p, c, v) {
 				break
 			}
 		}
