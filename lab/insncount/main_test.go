@@ -65,6 +65,16 @@ func TestParse(t *testing.T) {
 	if s1 := diffs[0].split(1, 8); s1.work != 5*4.0/200 {
 		t.Errorf("vCPU 1 work %v", s1.work)
 	}
+	// A binary whose functions end before 0x402000 owns the work block
+	// (on both vCPUs), not the polling one; one that starts after it
+	// owns nothing.
+	own := diffs[0].own(&symtab{addrs: []uint64{0x401000}, names: []string{"f"}, end: 0x402000}, 8, 2)
+	if own.n != 5+5*4.0/200 || own.blocks != 1+4.0/200 || own.lookups != 1+4.0/200 || own.atomic != 0 {
+		t.Errorf("own %+v, want 5.1 instructions in 1.02 blocks, as many looked up", own)
+	}
+	if o := diffs[0].own(&symtab{addrs: []uint64{0x20001000}, names: []string{"f"}, end: 0x20002000}, 8, 2); o.n != 0 {
+		t.Errorf("own of a binary elsewhere %+v, want nothing", o)
+	}
 }
 
 func TestBadInput(t *testing.T) {
