@@ -63,7 +63,9 @@ if [ "$mode" = shm ]; then
 		"osu_get_latency 8 B|osu_get_latency ${lat[*]}|lower|1.0"
 		"osu_acc_latency 8 B|osu_acc_latency ${lat[*]}|lower|1.0"
 		"osu_fop_latency (MPI_CHAR)|osu_fop_latency|lower|1.0"
+		"osu_fop_latency (MPI_LONG)|osu_fop_latency -T mpi_long|lower|1.0"
 		"osu_cas_latency (MPI_CHAR)|osu_cas_latency|lower|1.0"
+		"osu_cas_latency (MPI_LONG)|osu_cas_latency -T mpi_long|lower|1.0"
 		"osu_put_bw 64 KiB (MB/s)|osu_put_bw -m 65536:65536|higher|0.9"
 	)
 	for ((r = 0; r < rounds; r++)); do

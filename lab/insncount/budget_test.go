@@ -16,16 +16,18 @@ import (
 // runs them and lab/insncount.sh counts them. perftest's loops, the
 // reference, run 466 (ib_read_lat) and 396 (ib_atomic_lat) instructions
 // per operation with 2 atomics (docs/performance.md). Each budget is
-// the count measured when it was set, plus about 8% for the blocks of
-// the flush's wait that run a varying few times per operation. A change
-// that makes a path grow past its budget fails here; one that makes it
-// shrink should lower the budget.
+// the largest count measured when it was set (2 078, 2 195, 2 209,
+// 2 092, 2 234; 8.1–8.5 atomics) plus about 20%: the blocks of the
+// flush's wait that run a varying few times per operation move the
+// count by up to 7% from run to run. A change that makes a path grow
+// past its budget fails here; one that makes it shrink should lower the
+// budget.
 var rmaBudget = map[string]struct{ insns, atomics float64 }{
-	"put@verbs": {2450, 11},
-	"get@verbs": {2600, 11},
-	"fop@verbs": {2800, 11},
-	"cas@verbs": {2500, 11},
-	"acc@verbs": {2750, 11},
+	"put@verbs": {2500, 10},
+	"get@verbs": {2650, 10},
+	"fop@verbs": {2700, 10},
+	"cas@verbs": {2550, 10},
+	"acc@verbs": {2700, 10},
 }
 
 var ownLine = regexp.MustCompile(`(?m)^rmaloop (\S+) 8 .*\n +own: (-?[0-9.]+) instructions, (-?[0-9.]+) atomics`)
