@@ -11,16 +11,22 @@
 #
 #   bash lab/insncount.sh                  # all tests
 #   TESTS="write_lat:4096 osu_latency" bash lab/insncount.sh
-#   TESTS="read_lat:8 osu_get_latency atomic_lat:8 osu_fop_latency" bash lab/insncount.sh
-#       # the one-sided tests (8 bytes; fop, cas and acc with -T mpi_long)
-#       # run Rivet alone: compare them with perftest's read_lat and
-#       # atomic_lat; TEST@shm runs one over shared memory
+#   TESTS="read_lat:8 atomic_lat:8 rmaloop rmaloop@shm" bash lab/insncount.sh
+#       # Rivet's one-sided operations (put, get, fetch-and-op,
+#       # compare-and-swap, accumulate; 8 bytes, each with a flush) as
+#       # lab/rmaloop runs them, marked by the program around its loops,
+#       # beside perftest's read_lat and atomic_lat; @shm over shared
+#       # memory. The "own" lines are the issuing rank's code alone.
+#   TESTS="osu_get_latency osu_fop_latency@shm" bash lab/insncount.sh
+#       # the OSU one-sided tests (8 bytes; fop, cas and acc with -T
+#       # mpi_long), marked from outside: their start-up and waits count
 #
 # Each test runs each program twice, with N1 and N2 iterations (default
 # 1000 and 4000), after an unmarked warm-up run; the difference of the two
 # runs, over N2 - N1, is the count per iteration. Server on vCPU 1, client
 # on vCPU 0, as in lab/perftest.sh.
 set -euo pipefail
+self=$(readlink -f "$0") # for the guest, which starts in the repository's root too
 cd "$(dirname "$0")/.."
 all="write_lat:8 write_lat:4096 read_lat:8 read_lat:4096 atomic_lat:8 send_lat:8 osu_latency"
 tests=${TESTS:-$all}
@@ -32,13 +38,19 @@ if [ "${1:-}" != --in-vm ]; then
 	gcc -O2 -Wall -shared -fPIC -fvisibility=hidden -o "$out/insncount.so" lab/qemu/insncount.c
 	gcc -O2 -static -nostdlib -fno-pie -no-pie -Wl,--section-start=.text=0x13370000 -o "$out/mark" lab/qemu/mark.c
 	CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
-	go build -o "$out/rivet" ./cmd/rivet
 	# The one-sided tests' target rank runs a copy linked at another
 	# address, so that the counts of the issuing rank's own code (the
 	# "own" lines) leave it out wherever each ran.
-	go build -ldflags=-T=0x20001000 -o "$out/rivet-target" ./cmd/rivet
-	go build -C lab -o "$out/rmaloop" ./rmaloop
-	go build -C lab -ldflags=-T=0x20001000 -o "$out/rmaloop-target" ./rmaloop
+	bins=("$out/rivet")
+	go build -o "$out/rivet" ./cmd/rivet
+	if [ -n "$(echo "$tests" | tr ' ' '\n' | grep -v '^rmaloop')" ]; then
+		go build -ldflags=-T=0x20001000 -o "$out/rivet-target" ./cmd/rivet
+	fi
+	if echo " $tests " | grep -q ' rmaloop'; then
+		go build -C lab -o "$out/rmaloop" ./rmaloop
+		go build -C lab -ldflags=-T=0x20001000 -o "$out/rmaloop-target" ./rmaloop
+		bins+=("$out/rmaloop")
+	fi
 	# rank PROG ARGS...: rank 0 runs BIN/PROG, the others BIN/PROG-target
 	printf '#!/bin/sh\np=$1\nshift\n[ "$PMI_RANK" = 0 ] || exec "%s/$p-target" "$@"\nexec "%s/$p" "$@"\n' "$out" "$out" >"$out/rank"
 	chmod +x "$out/rank"
@@ -51,11 +63,11 @@ if [ "${1:-}" != --in-vm ]; then
 	EOF
 	chmod +x "$out/qemu"
 	"$out/rxevm" -q -topology rxe -qemu "$out/qemu" -timeout 40m \
-		env BIN="$out" TESTS="$tests" N1="$n1" N2="$n2" bash "$0" --in-vm | tee "$out/log"
+		env BIN="$out" TESTS="$tests" N1="$n1" N2="$n2" bash "$self" --in-vm | tee "$out/log"
 	grep '^SECTION ' "$out/log" | cut -d' ' -f2- >"$out/sections"
 	echo
 	echo "VM kernel $(grep '^KERNEL ' "$out/log" | cut -d' ' -f2-), N1=$n1 N2=$n2"
-	"$out/insncount" -counts "$out/counts" -sections "$out/sections" -bin "$out/rivet" -bin "$out/rmaloop" -top "${TOP:-0}"
+	"$out/insncount" -counts "$out/counts" -sections "$out/sections" $(printf -- '-bin %s ' "${bins[@]}") -top "${TOP:-0}"
 	exit
 fi
 
