@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -41,6 +42,19 @@ func joinStore(ctx context.Context, listen, addr string, rank, size int, secret 
 	conn, err := dialStore(ctx, addr)
 	if err == nil {
 		err = clientHandshake(ctx, conn, rank, secret)
+	}
+	// A store that hung up without a verdict (its handshake deadline
+	// passed while this process, on a loaded or emulated machine, had not
+	// answered yet) admitted nobody: try again while ctx allows.
+	for delay := 100 * time.Millisecond; errors.Is(err, errHandshakeCut) && ctx.Err() == nil; delay = min(2*delay, 2*time.Second) {
+		conn.Close()
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		if conn, err = dialStore(ctx, addr); err == nil {
+			err = clientHandshake(ctx, conn, rank, secret)
+		}
 	}
 	if err != nil {
 		if conn != nil {
@@ -133,6 +147,12 @@ func clientHandshake(ctx context.Context, conn net.Conn, rank int, secret string
 	}
 	line, err = r.ReadString('\n')
 	f = strings.Fields(line)
+	if err != nil && line == "" {
+		if ctx.Err() != nil {
+			return fmt.Errorf("bootstrap: joining the store: %w", ctx.Err())
+		}
+		return fmt.Errorf("%w (%v)", errHandshakeCut, err)
+	}
 	if err != nil || len(f) != 2 || f[0] != "ok" {
 		return fmt.Errorf("%w: the store refused rank %d (%q)", ErrDenied, rank, strings.TrimSpace(line))
 	}
@@ -207,9 +227,16 @@ func (s *storeServer) accept() {
 	}
 }
 
+// errHandshakeCut is a store that hung up before its verdict.
+var errHandshakeCut = errors.New("bootstrap: the store hung up before it answered")
+
+// handshakeTimeout bounds a handshake at the store: a client that does
+// not answer by then is hung up on (and tries again, if it is only slow).
+var handshakeTimeout = 30 * time.Second
+
 // handshake admits a rank that proves the secret and has not joined yet.
 func (s *storeServer) handshake(conn net.Conn) (int, error) {
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
 	mine := nonce()
 	fmt.Fprintf(conn, "%s %s\n", storeHello, mine)

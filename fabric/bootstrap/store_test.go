@@ -3,9 +3,11 @@
 package bootstrap
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -112,4 +114,71 @@ func TestStoreForget(t *testing.T) {
 	if d := time.Since(t0); d > 5*time.Second {
 		t.Errorf("the wait after Forget took %v", d)
 	}
+}
+
+// TestStoreHungUp: a store that hangs up before its verdict — its
+// handshake deadline passed while the client, on a loaded or emulated
+// machine, had not answered — admitted nobody, and the client tries
+// again rather than take it for a wrong secret. A proxy in front of the
+// store swallows the first client's proof and hangs up.
+func TestStoreHungUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr := "127.0.0.1:" + freePort(t)
+	srv, err := startStore(addr, 2, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for first := true; ; first = false {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				return
+			}
+			if first {
+				greeting, _ := bufio.NewReader(s).ReadString('\n')
+				c.Write([]byte(greeting))
+				bufio.NewReader(c).ReadString('\n') // the proof, never delivered
+				c.Close()
+				s.Close()
+				continue
+			}
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+	b, err := joinStore(ctx, "", l.Addr().String(), 1, 2, "s")
+	if err != nil {
+		t.Fatalf("joining through a store that hung up once: %v", err)
+	}
+	if b.Rank() != 1 || b.Size() != 2 {
+		t.Errorf("joined as rank %d of %d, want 1 of 2", b.Rank(), b.Size())
+	}
+	b.Close()
+
+	// A client whose context ends while it waits for the verdict says so.
+	srv2, cli := net.Pipe()
+	go func() {
+		fmt.Fprintf(srv2, "%s abcd\n", storeHello)
+		bufio.NewReader(srv2).ReadString('\n')
+		// no verdict
+	}()
+	short, cancel2 := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel2()
+	if err := clientHandshake(short, cli, 0, "s"); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrDenied) {
+		t.Errorf("verdict never sent: %v, want the context's error", err)
+	}
+	cli.Close()
+	srv2.Close()
 }
