@@ -507,18 +507,29 @@ func (e *engine) waitUntil(ctx context.Context, cond func() bool) error {
 			e.mu.Unlock()
 			return nil
 		}
-		if e.closed {
-			e.mu.Unlock()
-			return ErrClosed
-		}
-		if w.scanDue() {
-			e.scan(nil)
-		}
-		e.mu.Unlock()
-		if w.pause() {
-			return ctx.Err()
+		if err := e.endRound(&w); err != nil {
+			return err
 		}
 	}
+}
+
+// endRound ends a round of a wait that is not over, called with e.mu
+// held and returning without it: it looks for failures when due and
+// pauses. It returns ErrClosed once the engine is closed, or ctx's error
+// once w's context ended.
+func (e *engine) endRound(w *waiter) error {
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	if w.scanDue() {
+		e.scan(nil)
+	}
+	e.mu.Unlock()
+	if w.pause() {
+		return w.ctx.Err()
+	}
+	return nil
 }
 
 // backoff is what a waiting call does after idle polls in a row found

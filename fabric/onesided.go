@@ -201,8 +201,8 @@ func (ep *Endpoint) Flush(ctx context.Context, peer int) error {
 	}
 	e := ep.e
 	w := waiter{e: e, ctx: ctx}
-	e.mu.Lock()
 	for {
+		e.mu.Lock()
 		if v := ep.verbs; v != nil && w.i&15 != 15 {
 			w.note(v.PollOneSided())
 		} else {
@@ -212,18 +212,9 @@ func (ep *Endpoint) Flush(ctx context.Context, peer int) error {
 			e.mu.Unlock()
 			return err
 		}
-		if e.closed {
-			e.mu.Unlock()
-			return ErrClosed
+		if err := e.endRound(&w); err != nil {
+			return err
 		}
-		if w.scanDue() {
-			e.scan(nil)
-		}
-		e.mu.Unlock()
-		if w.pause() {
-			return ctx.Err()
-		}
-		e.mu.Lock()
 	}
 }
 

@@ -142,13 +142,6 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 	if fastAccumulate(w, origin, result, r, disp, o) {
 		return nil
 	}
-	if u := reduce.Ref(o); w.nic && u.Fn != nil && u.Kind == reduce.KSum && numKindOf(u.Elem) == numInt && unsafe.Sizeof(*new(T)) == 8 {
-		var out []byte
-		if result != nil {
-			out = elem.Bytes(result)
-		}
-		return w.nicSum(ctx, elem.Bytes(origin), out, r, disp)
-	}
 	if err := plainCheck[T](); err != nil {
 		return err
 	}
@@ -178,14 +171,6 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 	if off%uint64(esz) != 0 {
 		return fmt.Errorf("%w: an accumulate at byte %d, not aligned to its %d-byte elements", ErrType, off, esz)
 	}
-	var in []byte
-	if u.Kind != reduce.KNoOp {
-		// A copy the window keeps: the op is a function value, which
-		// escape analysis must assume keeps its operands, and the
-		// caller's (often on its stack) would move to the heap.
-		w.obuf = append(w.obuf[:0], elem.Bytes(origin)...)
-		in = w.obuf
-	}
 	var out []byte
 	if result != nil {
 		out = elem.Bytes(result)
@@ -198,8 +183,17 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 	k := reflect.TypeFor[T]().Kind()
 	integer := k >= reflect.Int && k <= reflect.Uintptr
 	if w.nic && u.Kind == reduce.KSum && esz == 8 && integer {
-		err = w.faddElems(ctx, t, off, in, out)
+		// The NIC's fetch-and-add reads the operands: no op to call.
+		err = w.faddElems(ctx, t, off, elem.Bytes(origin), out)
 	} else {
+		var in []byte
+		if u.Kind != reduce.KNoOp {
+			// A copy the window keeps: the op is a function value, which
+			// escape analysis must assume keeps its operands, and the
+			// caller's (often on its stack) would move to the heap.
+			w.obuf = append(w.obuf[:0], elem.Bytes(origin)...)
+			in = w.obuf
+		}
 		err = w.rmw(ctx, t, off, n*esz, func(seg []byte, at int) {
 			if in != nil {
 				u.Fn(in[at:at+len(seg)], seg)
@@ -208,32 +202,6 @@ func accumulate[T any](ctx context.Context, w *Window, origin, result []T, r, di
 	}
 	if err != nil && ctx.Err() == nil {
 		w.lostResult(r, w.rangeAt(disp, off), n*esz, u.Kind != reduce.KNoOp, out)
-	}
-	return w.targetErr(r, err)
-}
-
-// nicSum is accumulate's path for sums of 8-byte integers in the NIC's
-// atomicity domain: a fetch-and-add per element, with no function value
-// to call (and so no copy of the operands), and no reflection.
-func (w *Window) nicSum(ctx context.Context, in, out []byte, r, disp int) error {
-	if err := w.begin(); err != nil {
-		return err
-	}
-	defer w.mu.Unlock()
-	n := len(in)
-	t, off, err := w.access(ctx, r, disp, n)
-	if err != nil || n == 0 {
-		return err
-	}
-	if off%8 != 0 {
-		return fmt.Errorf("%w: an accumulate at byte %d, not aligned to its 8-byte elements", ErrType, off)
-	}
-	if err := w.record(ctx, r, disp, off, n); err != nil {
-		return w.targetErr(r, err)
-	}
-	err = w.faddElems(ctx, t, off, in, out)
-	if err != nil && ctx.Err() == nil {
-		w.lostResult(r, w.rangeAt(disp, off), n, true, out)
 	}
 	return w.targetErr(r, err)
 }

@@ -18,14 +18,7 @@ import (
 // already joined, is refused; and a client does not trust a store that
 // cannot prove the secret either.
 func TestStoreSecret(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	addr := "127.0.0.1:" + freePort(t)
-	srv, err := startStore(addr, 2, "right")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.close()
+	ctx, addr, _ := testStore(t, 2, "right")
 	try := func(rank int, secret string) error {
 		conn, err := dialStore(ctx, addr)
 		if err != nil {
@@ -73,6 +66,22 @@ func TestStoreSecret(t *testing.T) {
 	}
 }
 
+// testStore starts a store for size ranks on a free loopback port, closed
+// when the test ends, and returns a context for the test (20 s), its
+// address and the store.
+func testStore(t *testing.T, size int, secret string) (context.Context, string, *storeServer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	addr := "127.0.0.1:" + freePort(t)
+	srv, err := startStore(addr, size, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.close)
+	return ctx, addr, srv
+}
+
 func freePort(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -85,14 +94,7 @@ func freePort(t *testing.T) string {
 // TestStoreForget: a rank that joined and never hangs up (its node died)
 // holds rank 0's wait at Close until rank 0 forgets it.
 func TestStoreForget(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	addr := "127.0.0.1:" + freePort(t)
-	srv, err := startStore(addr, 2, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.close()
+	ctx, addr, srv := testStore(t, 2, "s")
 	conn, err := dialStore(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
@@ -122,14 +124,7 @@ func TestStoreForget(t *testing.T) {
 // again rather than take it for a wrong secret. A proxy in front of the
 // store swallows the first client's proof and hangs up.
 func TestStoreHungUp(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	addr := "127.0.0.1:" + freePort(t)
-	srv, err := startStore(addr, 2, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.close()
+	ctx, addr, _ := testStore(t, 2, "s")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 // runs them and lab/insncount.sh counts them. perftest's loops, the
 // reference, run 466 (ib_read_lat) and 396 (ib_atomic_lat) instructions
 // per operation with 2 atomics (docs/performance.md). Each budget is
-// the largest count measured when it was set (2 078, 2 195, 2 209,
+// the largest count measured when it was set (2 078, 2 195, 2 273,
 // 2 092, 2 234; 8.1–8.5 atomics) plus about 20%: the blocks of the
 // flush's wait that run a varying few times per operation move the
 // count by up to 7% from run to run. A change that makes a path grow
@@ -57,7 +57,7 @@ func TestRMABudget(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: %.0f instructions (budget %.0f), %.1f atomics (budget %.0f)", op, c[0], b.insns, c[1], b.atomics)
-		if c[0] > b.insns || c[1] > b.atomics+0.5 {
+		if c[0] > b.insns || c[1] > b.atomics {
 			t.Errorf("%s: %.0f instructions and %.1f atomics per operation, over its budget of %.0f and %.0f", op, c[0], c[1], b.insns, b.atomics)
 		}
 		if c[0] < 100 {
