@@ -83,6 +83,17 @@ type engine struct {
 	// all caches joined(): the world ranks with a route, reset when one
 	// joins.
 	all []int
+	// later holds failures learned inside a poll (learn), applied at the
+	// end of the round (applyLater), once what the failed processes sent
+	// before dying is delivered; settling guards its own rounds.
+	later    []lateFailure
+	settling bool
+}
+
+// A lateFailure is a failure learned inside a poll, not yet applied.
+type lateFailure struct {
+	w     int
+	cause error
 }
 
 func newEngine(me, size int) *engine {
@@ -203,9 +214,10 @@ func (e *engine) readDone(r *op, peer int, id uint64, rerr error) {
 	err := r.err
 	if rerr != nil {
 		if errors.Is(rerr, errPeerGone) {
-			// This runs inside a poll (or a schedule's post): no draining
-			// here, or the frame being delivered would be delivered again.
-			e.markFailedNow(peer, procFailed("world rank %d: %v", peer, rerr))
+			// This runs inside a poll (or a schedule's post): the frames
+			// the peer sent after this message are delivered first.
+			rerr = procFailed("world rank %d: %v", peer, rerr)
+			e.learn(peer, rerr)
 		}
 		r.status.Count = 0
 		err = e.peerError(r.comm, peer, rerr)
@@ -335,6 +347,9 @@ func (e *engine) progress() int {
 	}
 	if e.ftOut.Load() {
 		n += e.ftFlush()
+	}
+	if len(e.later) > 0 && !e.settling {
+		n += e.applyLater()
 	}
 	if e.npend > 0 {
 		for dest := range e.pending {
@@ -636,8 +651,50 @@ func (e *engine) markFailed(peer int, cause error) {
 	e.markFailedNow(peer, cause)
 }
 
+// learn records, from inside a poll, that world rank w failed. Draining
+// there would deliver the frame being delivered again, so the failure
+// takes effect at the end of the progress round (applyLater), after what w
+// sent before it died: a receive of it completes, whichever source — a
+// notice from another process, a read of its memory — brought the news
+// before its frames were read.
+func (e *engine) learn(w int, cause error) {
+	e.later = append(e.later, lateFailure{w, cause})
+}
+
+// applyLater applies the failures learned inside polls (learn): it delivers
+// what has arrived, from every peer, then marks each failed. A blocking
+// receive that reads one peer's frames itself (recvDirect) finds them in
+// the unexpected queue afterwards. It returns how many frames it moved.
+func (e *engine) applyLater() int {
+	e.settling = true
+	direct := e.direct
+	e.direct = -1
+	n := 0
+	for len(e.later) > 0 {
+		for i := 0; i < 1024; i++ {
+			k := e.progress()
+			if k == 0 {
+				break
+			}
+			n += k
+		}
+		f := e.later[0]
+		e.later[0] = lateFailure{}
+		e.later = e.later[1:]
+		if e.failed[f.w] == nil || upgrade(e.failed[f.w], f.cause) {
+			e.markFailedNow(f.w, f.cause)
+			n++
+		}
+	}
+	e.later = e.later[:0]
+	e.direct = direct
+	e.settling = false
+	return n
+}
+
 // markFailedNow is markFailed without first delivering what the peer
-// sent: for callers already inside a poll.
+// sent: for callers that have (a provider that drained the peer) or that
+// cannot (learn).
 func (e *engine) markFailedNow(peer int, cause error) {
 	if peer == e.me {
 		return

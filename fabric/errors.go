@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/shm"
 	"github.com/rivet-hpc/rivet/hw"
 	"github.com/rivet-hpc/rivet/verbs"
 )
@@ -72,9 +73,10 @@ var (
 	ErrAborted = errors.New("fabric: collective aborted")
 )
 
-// errPeerGone is what a provider says when the peer's process is gone;
-// the engine turns it into a PeerError.
-var errPeerGone = errors.New("peer process is gone")
+// errPeerGone is what a provider says when the peer's process is gone
+// (the shared-memory provider's process_vm_readv of it found no
+// process); the engine turns it into a PeerError matching ErrProcFailed.
+var errPeerGone = shm.ErrPeerGone
 
 // PeerError says that an operation failed because of one peer: it failed,
 // or could not be reached. It matches ErrProcFailed (or ErrNoRoute) with

@@ -351,3 +351,59 @@ func TestCleanExit(t *testing.T) {
 		})
 	}
 }
+
+func init() { progs.Add("byeverdict", progByeVerdict) }
+
+// byeDirEnv names the directory where progByeVerdict's ranks leave marks.
+const byeDirEnv = "FABRIC_TEST_BYE_DIR"
+
+// progByeVerdict: world rank 1 closes its endpoint, and lives on; rank 0
+// waits for that without calling the fabric — so it has read nothing of
+// rank 1's goodbye — and then gives a detector's verdict on it, as a
+// detector whose observed heartbeat stopped in Close does. Rank 1 is
+// stopped, not failed: a clean exit is never a failure, whatever the
+// order in which the goodbye and the verdict are seen. (CI once failed on
+// this: ft's TestThrottled/verbs, rank 1 convicted after it printed its
+// result.)
+func progByeVerdict(ctx context.Context, ep *Endpoint) error {
+	dir := os.Getenv(byeDirEnv)
+	closed, judged := filepath.Join(dir, "closed"), filepath.Join(dir, "judged")
+	waitFor := func(name string) {
+		for t0 := time.Now(); ; time.Sleep(time.Millisecond) {
+			if _, err := os.Stat(name); err == nil {
+				return
+			}
+			if time.Since(t0) > time.Minute {
+				failf("no %s after a minute", filepath.Base(name))
+			}
+		}
+	}
+	switch ep.rank {
+	case 1:
+		must(ep.Close(), "close")
+		must(os.WriteFile(closed, nil, 0o644), "say closed")
+		waitFor(judged)
+	case 0:
+		waitFor(closed)
+		must(ep.MarkFailed(1, errors.New("its heartbeat stopped (the test's verdict)")), "verdict")
+		if s := ep.State(1); s != Stopped {
+			failf("world rank 1, judged after its goodbye: %v, want stopped", s)
+		}
+		if f := ep.Failed(); len(f) != 0 {
+			failf("known failed %v after a clean exit", f)
+		}
+		must(os.WriteFile(judged, nil, 0o644), "say judged")
+	}
+	return nil
+}
+
+// TestVerdictAfterGoodbye: see progByeVerdict; over shared memory the
+// segment's closed word says goodbye, over verbs on one node the goodbye
+// datagram.
+func TestVerdictAfterGoodbye(t *testing.T) {
+	for _, way := range []string{"shm", "verbs"} {
+		t.Run(way, func(t *testing.T) {
+			runOK(t, 3, "byeverdict", append(providerEnv(t, way), byeDirEnv+"="+t.TempDir())...)
+		})
+	}
+}

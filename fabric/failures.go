@@ -162,6 +162,11 @@ func (ep *Endpoint) Poll() {
 // w is fenced out — its fence word is set, so that w ends itself if it
 // still runs, and its queue pair, if any, is moved to the error state.
 // Suspicion is final: nothing clears it.
+//
+// A process that closed its endpoint on purpose is never failed: if w
+// said goodbye before the verdict — its heartbeat stops in Close, after
+// the goodbye, so a detector may judge it before this process read the
+// goodbye — w is recorded stopped instead (State reports Stopped).
 func (ep *Endpoint) MarkFailed(w int, cause error) error {
 	if w < 0 || w >= ep.size || w == ep.rank {
 		return fmt.Errorf("%w: world rank %d of %d (not this process's own)", ErrRank, w, ep.size)
@@ -176,6 +181,10 @@ func (ep *Endpoint) MarkFailed(w int, cause error) error {
 		cause = fmt.Errorf("%w: world rank %d: %w", ErrProcFailed, w, cause)
 	}
 	if e.failed[w] != nil && !upgrade(e.failed[w], cause) {
+		return nil
+	}
+	if e.saidGoodbye(w) {
+		e.markFailed(w, fmt.Errorf("%w: world rank %d closed its endpoint (a verdict came after its goodbye: %v)", ErrClosed, w, cause))
 		return nil
 	}
 	e.markFailed(w, cause) // fences w and tells the others

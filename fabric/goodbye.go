@@ -93,3 +93,18 @@ func sayGoodbye(me int, pids []int) {
 		}
 	}
 }
+
+// saidGoodbye reports whether world rank w has closed on purpose, as far
+// as this process can tell now: the goodbyes queued so far, or its
+// provider's word that it closed (a segment's closed word, a verbs
+// peer's goodbye write); with e.mu held.
+func (e *engine) saidGoodbye(w int) bool {
+	if h := e.health; h != nil && h.bye != nil {
+		h.bye.drain()
+		if w < len(h.bye.said) && h.bye.said[w] {
+			return true
+		}
+	}
+	p := e.route[w]
+	return p != nil && !e.closed && p.closed(w)
+}

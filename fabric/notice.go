@@ -97,7 +97,8 @@ func (e *engine) notice(from int, h *wire.Header) {
 			// its heartbeat ends it (ExitDeclaredFailed).
 			e.fenceSelf()
 		case e.failed[w] == nil || upgrade(e.failed[w], ErrProcFailed):
-			e.markFailedNow(w, procFailed("world rank %d (world rank %d told this process)", w, from))
+			// Applied once what w sent before it died is delivered.
+			e.learn(w, procFailed("world rank %d (world rank %d told this process)", w, from))
 		}
 	case wire.NoticeRevoked:
 		e.revokeNotice(h)
