@@ -170,7 +170,27 @@ func (f *File) all(ctx context.Context, t uint64, write bool, off int64, buf []b
 		hdr[hBad] = 1
 	}
 	p.hdr = make([]int64, hWords*f.n)
-	if err := collectives.Allgather(ctx, f.comm, hdr, p.hdr); err != nil {
+	if testHookHeaders != nil {
+		testHookHeaders(true, nil)
+	}
+	err := collectives.Allgather(ctx, f.comm, hdr, p.hdr)
+	if testHookHeaders != nil {
+		err = testHookHeaders(false, err)
+	}
+	if err != nil {
+		if bad == nil && (errors.Is(err, fabric.ErrProcFailed) || errors.Is(err, fabric.ErrRevoked)) {
+			// Cut short before any byte moved: all of this process's
+			// bytes are undefined. A collective may raise at some
+			// members and complete at others, which then wait in the
+			// exchange for data this process will not send: the revoke
+			// ends their waits (their calls raise too). A file with a
+			// failed member can serve no more collective calls anyway;
+			// its independent accesses still work.
+			if errors.Is(err, fabric.ErrProcFailed) {
+				f.comm.Revoke()
+			}
+			return 0, &IOError{Op: p.op(), Undefined: rangesOf(p.mine), Err: err}
+		}
 		return 0, err
 	}
 	if bad != nil {
@@ -231,6 +251,23 @@ func (f *File) all(ctx context.Context, t uint64, write bool, off int64, buf []b
 	return p.result(size)
 }
 
+// op names the call, for its IOError.
+func (p *plan) op() string {
+	if p.write {
+		return "WriteAtAll"
+	}
+	return "ReadAtAll"
+}
+
+// rangesOf is runs as file ranges, adjacent ones joined.
+func rangesOf(rs []run) []Range {
+	var out []Range
+	for _, q := range merge(rs) {
+		out = append(out, Range{q.file, q.n})
+	}
+	return out
+}
+
 // twoPhase sets up and runs the exchange; it returns an error only when
 // nothing was done.
 func (p *plan) twoPhase(ctx context.Context) error {
@@ -281,6 +318,12 @@ func (p *plan) twoPhase(ctx context.Context) error {
 // testHookCycle, if set, runs as each cycle of a collective write
 // starts: tests kill a process there.
 var testHookCycle func(c int)
+
+// testHookHeaders, if set, runs before the header exchange of a
+// collective access (before true) and after it, with its error, which it
+// may replace: tests kill a process there, or make the exchange raise
+// at one member as a failure can.
+var testHookHeaders func(before bool, err error) error
 
 // window is aggregator i's file range in cycle c.
 func (p *plan) window(i, c int) (lo, hi int64) {
@@ -361,7 +404,7 @@ func (p *plan) writeCycles(ctx context.Context, me int) {
 			testHookCycle(c)
 		}
 		if f.comm.IsRevoked() {
-			p.abandon(c, f.errRevoked())
+			p.abandon(f.errRevoked())
 			break
 		}
 		var cb []byte
@@ -515,7 +558,7 @@ func (p *plan) readCycles(ctx context.Context, me int) {
 	for c := range p.cycles {
 		cur := c & 1
 		if f.comm.IsRevoked() {
-			p.abandon(c, f.errRevoked())
+			p.abandon(f.errRevoked())
 			break
 		}
 		sends = sends[:0]
@@ -593,9 +636,9 @@ func (p *plan) readCycles(ctx context.Context, me int) {
 	}
 }
 
-// abandon stops the exchange at cycle c: this process's data in every
-// aggregator's windows from c on is undefined.
-func (p *plan) abandon(c int, err error) {
+// abandon stops the exchange (the file was revoked): this process's
+// data in every aggregator's domain is undefined.
+func (p *plan) abandon(err error) {
 	for i := range p.aggs {
 		if p.failed[i] == nil {
 			p.failed[i] = err
@@ -674,6 +717,15 @@ func (p *plan) result(size int64) (int, error) {
 	if cause == nil {
 		cause = p.srcErr
 	}
+	if cause != nil && !errors.Is(cause, fabric.ErrProcFailed) && errors.Is(cause, fabric.ErrRevoked) {
+		// Revoked because a member failed (see all): say which.
+		if g := p.f.comm.GetFailed(); g.Size() > 0 {
+			w, _ := g.WorldRank(0)
+			if ferr := p.f.ep.Failure(w); ferr != nil {
+				cause = fmt.Errorf("%w, after a member's failure: %w", cause, ferr)
+			}
+		}
+	}
 	n := int64(len(p.buf))
 	if size >= 0 {
 		// A read counts the bytes before the end of the file.
@@ -686,11 +738,7 @@ func (p *plan) result(size int64) (int, error) {
 	}
 	if cause != nil {
 		slices.SortFunc(undef, func(a, b Range) int { return int(a.Off - b.Off) })
-		op := "WriteAtAll"
-		if !p.write {
-			op = "ReadAtAll"
-		}
-		return int(n - rangeBytes(undef)), &IOError{Op: op, Undefined: undef, Err: cause}
+		return int(n - rangeBytes(undef)), &IOError{Op: p.op(), Undefined: undef, Err: cause}
 	}
 	if n < int64(len(p.buf)) {
 		return int(n), io.EOF

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
 )
 
@@ -122,6 +124,120 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	if err := f.Close(ctx); !errors.Is(err, fabric.ErrProcFailed) {
 		failf("Close with a member dead: %v, want ErrProcFailed", err)
+	}
+	return nil
+}
+
+// The failure tests at the start of a call, through the same four ranks
+// and aggregators (0 and 2) as above, rank 3 the victim:
+//
+//   - TestKilledAtStart: rank 3 dies as its call starts, before the
+//     header exchange. Nothing moved: every survivor's call raises an
+//     IOError matching ErrProcFailed (or ErrRevoked: see all) with all
+//     its bytes undefined.
+//   - TestRaisedAtSome: rank 3 dies right after the header exchange, and
+//     the exchange raised at rank 1 (a collective may raise at some
+//     members and complete at others, as it did under load). Rank 1
+//     returns an IOError with all its bytes undefined and never sends
+//     its data; the aggregators, which wait for it, return too — once
+//     rank 1 revoked the file, as a member whose call raises at the header
+//     exchange does (the user revokes nothing) — with an IOError naming
+//     every range of theirs the call may not have written. Before,
+//     they waited for rank 1's data until their context ended (about
+//     100 s in the runs that found it).
+func TestKilledAtStart(t *testing.T) { startJob(t, "start") }
+func TestRaisedAtSome(t *testing.T)  { startJob(t, "raised") }
+
+func init() { progs.Add("startkill", progStartKill) }
+
+func startJob(t *testing.T, how string) {
+	for name, env := range providers(t) {
+		t.Run(name, func(t *testing.T) {
+			env := append(env, "FILES_DIR="+t.TempDir(), "FILES_HOW="+how)
+			out, errs, st := progs.Run(t, 4, "startkill", true, env...)
+			if st != 128+9 {
+				t.Fatalf("status %d, want 137 (rank 3 killed)\n%s\n%s", st, out, errs)
+			}
+			for r := range 3 {
+				if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+					t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
+				}
+			}
+		})
+	}
+}
+
+func progStartKill(ctx context.Context, ep *fabric.Endpoint) error {
+	c := ep.World()
+	me := c.Rank()
+	how := os.Getenv("FILES_HOW")
+	p := filepath.Join(dir(), "start")
+	f, err := Open(ctx, c, p, ModeCreate|ModeRdWr, Hints{Buffering: BufferingOn, Aggregators: 2, BufferSize: 4096})
+	must(err, "open")
+	ft, _ := BlockCyclic(1, 4, int64(me))
+	must(f.SetView(ctx, 0, 8, ft), "view")
+	// (Every rank past SetView, a collective call on the file, which the
+	// revoke below would otherwise cut.)
+	must(collectives.Barrier(ctx, c), "barrier")
+	data := make([]byte, 8*killCount)
+	testHookHeaders = func(before bool, err error) error {
+		switch {
+		case me == 3 && before == (how == "start"):
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		case me == 1 && !before && how == "raised":
+			// Raise as a failure would, once it is known here.
+			for ep.State(3) != fabric.Failed {
+				ep.Poll()
+				time.Sleep(time.Millisecond)
+			}
+			return ep.Failure(3)
+		}
+		return err
+	}
+	// The call must end on the failure, not on its context: a minute is
+	// far beyond the detection time (failures on a node are seen through
+	// pidfds within milliseconds; the detector's bound is 210 ms).
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	n, err := f.WriteAtAll(cctx, 0, data)
+	testHookHeaders = nil
+	// Rank 1 lives on, calling nothing, until the aggregators returned:
+	// as a process that handles the error and goes on does (its exit
+	// would be a failure that frees them).
+	must(os.WriteFile(filepath.Join(dir(), fmt.Sprint("returned", me)), nil, 0o644), "say returned")
+	if me == 1 {
+		for _, r := range []int{0, 2} {
+			for t0 := time.Now(); ; time.Sleep(time.Millisecond) {
+				if _, err := os.Stat(filepath.Join(dir(), fmt.Sprint("returned", r))); err == nil {
+					break
+				}
+				if time.Since(t0) > 2*time.Minute {
+					failf("rank %d did not return from WriteAtAll", r)
+				}
+			}
+		}
+	}
+	// ErrRevoked where the revoke of a member that raised came before
+	// the news of the failure.
+	var ioe *IOError
+	if !errors.As(err, &ioe) || !errors.Is(err, fabric.ErrProcFailed) && !errors.Is(err, fabric.ErrRevoked) {
+		failf("WriteAtAll with rank 3 killed (%s): %v, want an IOError matching ErrProcFailed or ErrRevoked", how, err)
+	}
+	var undef int64
+	for _, r := range ioe.Undefined {
+		undef += r.Len
+	}
+	all := how == "start" || me == 1
+	if all && (undef != int64(len(data)) || n != 0) {
+		failf("%d bytes written, %d undefined, want none written, all %d undefined: %v", n, undef, len(data), ioe.Undefined)
+	}
+	if n != len(data)-int(undef) {
+		failf("WriteAtAll returned %d with %d bytes undefined, of %d", n, undef, len(data))
+	}
+	// The call revoked the file (see all): Close raises either way.
+	if err := f.Close(ctx); !errors.Is(err, fabric.ErrProcFailed) && !errors.Is(err, fabric.ErrRevoked) {
+		failf("Close with a member dead: %v, want ErrProcFailed or ErrRevoked", err)
 	}
 	return nil
 }

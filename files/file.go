@@ -55,7 +55,8 @@ type File struct {
 // at every member or at none: if any member cannot open the file, each
 // returns an error — its own, or one saying which member failed and
 // why, in the same class (errors.Is: ErrNoSuchFile, ErrFileExists,
-// ErrAccess, ErrIO). A bad mode is ErrAMode.
+// ErrAccess, ErrIO). A bad mode is ErrAMode, and so, at every member, is
+// a mode that differs between members.
 func Open(ctx context.Context, c *fabric.Comm, path string, mode Mode, hints Hints) (*File, error) {
 	if err := mode.check(); err != nil {
 		return nil, err
@@ -86,6 +87,7 @@ const (
 	openExists
 	openAccess
 	openIO
+	openAMode // its mode is not rank 0's
 )
 
 func openCode(err error) int64 {
@@ -98,12 +100,14 @@ func openCode(err error) int64 {
 		return openExists
 	case errors.Is(err, ErrAccess):
 		return openAccess
+	case errors.Is(err, ErrAMode):
+		return openAMode
 	}
 	return openIO
 }
 
 func codeClass(code int64) error {
-	return [...]error{nil, ErrNoSuchFile, ErrFileExists, ErrAccess, ErrIO}[min(code, openIO)]
+	return [...]error{nil, ErrNoSuchFile, ErrFileExists, ErrAccess, ErrIO, ErrAMode}[min(code, openAMode)]
 }
 
 func (f *File) open(ctx context.Context) error {
@@ -115,11 +119,13 @@ func (f *File) open(ctx context.Context) error {
 		}
 	}
 	// Rank 0 creates; the others open what it made. A failure anywhere
-	// is told to all: MAX over (code, rank) pairs names one.
+	// is told to all: MAX over (code, rank) pairs names one. Rank 0's
+	// mode comes with its outcome: a member whose mode differs does not
+	// open, and every member fails with ErrAMode.
 	if f.me == 0 {
 		try(true)
 	}
-	first := []int64{openCode(mine)}
+	first := []int64{openCode(mine), int64(f.mode)}
 	if err := collectives.Bcast(ctx, f.comm, first, 0); err != nil {
 		f.closeFD()
 		return err
@@ -131,7 +137,11 @@ func (f *File) open(ctx context.Context) error {
 		return fmt.Errorf("%w: files: open %s failed at rank 0", codeClass(first[0]), f.path)
 	}
 	if f.me != 0 {
-		try(false)
+		if Mode(first[1]) != f.mode {
+			mine = fmt.Errorf("%w: files: open %s: mode %v here, %v at rank 0 (every member must give the same)", ErrAMode, f.path, f.mode, Mode(first[1]))
+		} else {
+			try(false)
+		}
 	}
 	code := openCode(mine)
 	worst := []int64{code<<32 | int64(f.me)}

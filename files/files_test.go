@@ -96,6 +96,16 @@ func progOpen(ctx context.Context, ep *fabric.Endpoint) error {
 	wantErr(err, fs.ErrPermission, "no permission")
 	_, err = Open(ctx, c, p, ModeRdWr, Hints{Aggregators: -1})
 	wantErr(err, fabric.ErrInvalid, "bad hints")
+	// Modes that differ between members, each valid: ErrAMode at every
+	// member (the others see rank 0's).
+	m := ModeCreate | ModeRdWr
+	if c.Rank() == c.Size()-1 {
+		m = ModeCreate | ModeWrOnly
+	}
+	_, err = Open(ctx, c, p, m, Hints{})
+	wantErr(err, ErrAMode, fmt.Sprintf("mode %v at rank %d, another elsewhere", m, c.Rank()))
+	os.Remove(p) // (rank 0 may have created it)
+	must(collectives.Barrier(ctx, c), "barrier")
 
 	f, err := Open(ctx, c, p, ModeCreate|ModeExcl|ModeRdWr, Hints{})
 	must(err, "create")
