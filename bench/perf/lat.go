@@ -59,8 +59,11 @@ func interrupted(ctx context.Context, i int) error {
 // iterations costs nothing measurable.
 const checkEvery = 256
 
-// waitByte spins until b's last byte is v.
+// waitByte spins until b's last byte is v, for at most spinLimit: a
+// peer whose queue pair failed (its writes stop coming) is an error, not
+// a wait as long as the spins take — minutes under a loaded emulator.
 func waitByte(ctx context.Context, b []byte, v byte) error {
+	var deadline time.Time
 	for spins := 0; lastByte(b) != v; spins++ {
 		if spins&0xfffff == 0xfffff {
 			// A scheduling point: this loop calls nothing, so with
@@ -71,7 +74,9 @@ func waitByte(ctx context.Context, b []byte, v byte) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if spins > 0xfffff*64 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(spinLimit)
+			} else if time.Now().After(deadline) {
 				return errTimeout
 			}
 		}

@@ -52,6 +52,12 @@ type Config struct {
 	// row; Unsorted (-U) prints them in the order measured and implies
 	// Histogram. Latency tests only, on the side that reports.
 	Histogram, Unsorted bool
+	// QPTimeout (-u) is the queue pair's ACK timeout exponent, as
+	// perftest's --qp-timeout: a retransmission after 4.096 µs <<
+	// QPTimeout, the peer given up after 7 of them. 0 means 14 (67 ms).
+	// Raise it where a peer may stall for longer than half a second
+	// (virtual machines on a loaded host) and packets are lost.
+	QPTimeout int
 }
 
 // Result is one row of the table.
@@ -98,6 +104,9 @@ func (c *Config) defaults() error {
 	}
 	if c.TxDepth == 0 {
 		c.TxDepth = 128
+	}
+	if c.QPTimeout < 0 || c.QPTimeout > 31 {
+		return fmt.Errorf("QP timeout %d (want 1 to 31)", c.QPTimeout)
 	}
 	if c.Inline < 0 {
 		c.Inline = 0
@@ -199,7 +208,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 	if cfg.isBW() {
 		rd = min(128, e.ctx.Attr().MaxQPRdAtom)
 	}
-	cc := verbs.ConnectConfig{GIDIndex: cfg.GIDIndex, MaxRdAtomic: rd, MaxDestRdAtomic: rd}
+	cc := verbs.ConnectConfig{GIDIndex: cfg.GIDIndex, MaxRdAtomic: rd, MaxDestRdAtomic: rd, Timeout: uint8(cfg.QPTimeout)}
 	if err := e.qp.Connect(peer.Endpoint, cc); err != nil {
 		return nil, err
 	}

@@ -44,6 +44,7 @@ func perfCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&cfg.Atomic, "A", "FETCH_AND_ADD", "atomic_lat's operation: FETCH_AND_ADD or CMP_AND_SWAP")
 	fs.BoolVar(&cfg.Histogram, "H", false, "print every iteration's latency, sorted (latency tests)")
 	fs.BoolVar(&cfg.Unsorted, "U", false, "print every iteration's latency in the order measured (implies -H)")
+	fs.IntVar(&cfg.QPTimeout, "u", 14, "QP ACK timeout `exponent`: a retransmission after 4.096 µs << it (1 to 31)")
 	if err := parseFlags(fs, args[1:], stderr); err != nil {
 		return err
 	}
