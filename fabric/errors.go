@@ -71,6 +71,12 @@ var (
 	// ErrAborted is the error of a collective whose wait was abandoned (its
 	// context ended): it was withdrawn at this process.
 	ErrAborted = errors.New("fabric: collective aborted")
+	// ErrSpawn is the class of a spawn that failed (MPI_ERR_SPAWN): at the
+	// root, the launcher's refusal, a command that cannot be run, or
+	// children that died or gave up before they joined; at the other
+	// members, the root's failure to spawn. Nothing a failed spawn
+	// started joins the job.
+	ErrSpawn = errors.New("fabric: spawn failed")
 )
 
 // errPeerGone is what a provider says when the peer's process is gone

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/exec"
 	"strconv"
 	"time"
 
@@ -139,7 +140,7 @@ func (c *Comm) SpawnMultiple(ctx context.Context, root int, cmds []SpawnCmd) (*C
 			return nil, err
 		}
 		if theirs == nil {
-			return nil, fmt.Errorf("fabric: the spawn failed at its root (rank %d)", root)
+			return nil, fmt.Errorf("%w at its root (rank %d)", ErrSpawn, root)
 		}
 	}
 	kids, err := parseRecords(theirs)
@@ -206,6 +207,15 @@ func (c *Comm) spawnRoot(ctx context.Context, cmds []SpawnCmd, ours []*record, r
 	if !ok {
 		return nil, nil, fmt.Errorf("fabric: spawn: the launcher (%s) does not spawn processes: %w", ep.boot.Launcher(), ErrNotSupported)
 	}
+	// A command no launcher can run fails here, at once: Hydra reports
+	// the spawn of one a success, its proxy's exec fails, and the
+	// children never come — the root waited for them until its context
+	// ended. (Looked up as the launcher will, on this node.)
+	for _, cmd := range cmds {
+		if _, err := exec.LookPath(cmd.Path); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrSpawn, err)
+		}
+	}
 	base := 0
 	for _, r := range ours {
 		base = max(base, r.next)
@@ -228,7 +238,7 @@ func (c *Comm) spawnRoot(ctx context.Context, cmds []SpawnCmd, ours []*record, r
 		if errors.Is(err, bootstrap.ErrNoSpawn) { // (PMI-1)
 			return nil, nil, fmt.Errorf("fabric: spawn: %w: %w", ErrNotSupported, err)
 		}
-		return nil, nil, fmt.Errorf("fabric: spawn: %w", err)
+		return nil, nil, fmt.Errorf("%w: the launcher: %w", ErrSpawn, err)
 	}
 	if testHookSpawned != nil {
 		testHookSpawned()
@@ -237,7 +247,7 @@ func (c *Comm) spawnRoot(ctx context.Context, cmds []SpawnCmd, ours []*record, r
 	// does ends the wait (a launcher under -ft tells of it).
 	conn, err := ep.acceptChild(ctx, ln, base, total)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %w", ErrSpawn, err)
 	}
 	defer func() {
 		if err != nil {
@@ -249,14 +259,14 @@ func (c *Comm) spawnRoot(ctx context.Context, cmds []SpawnCmd, ours []*record, r
 	}
 	var sec [16]byte
 	if _, err := io.ReadFull(conn, sec[:]); err != nil || subtle.ConstantTimeCompare(sec[:], info.secret[:]) != 1 {
-		return nil, nil, fmt.Errorf("fabric: spawn: the children's rank 0 did not say the secret (%v)", err)
+		return nil, nil, fmt.Errorf("%w: the children's rank 0 did not say the secret (%v)", ErrSpawn, err)
 	}
 	kids, err := readBlob(conn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("fabric: spawn: reading the children's records: %w", err)
+		return nil, nil, fmt.Errorf("%w: reading the children's records: %w", ErrSpawn, err)
 	}
 	if kids == nil {
-		return nil, nil, fmt.Errorf("fabric: spawn: the children could not start (a child failed in Init)")
+		return nil, nil, fmt.Errorf("%w: the children could not start (a child failed in Init)", ErrSpawn)
 	}
 	if err := writeBlob(conn, bytes.Join(raw, nil)); err != nil {
 		return nil, nil, fmt.Errorf("fabric: spawn: %w", err)

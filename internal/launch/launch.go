@@ -148,6 +148,9 @@ type exit struct {
 	status int
 	err    error
 	at     time.Time
+	// never: a spawned process that could not be started (its spawn
+	// failed at the spawner): not a survivor, nor a failure of the job.
+	never bool
 }
 
 // newJobID returns a fresh job id; shared-memory segments carry it in their
@@ -260,6 +263,9 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 			j.exited(e)
 			if j.FT && !stopping {
 				condemn(judge.exit(e.rank))
+			}
+			if e.never {
+				continue // the spawn's error says so, at the spawner
 			}
 			if e.status == 0 {
 				survived++

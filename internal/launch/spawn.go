@@ -67,10 +67,10 @@ func (j *job) spawn(ctx context.Context, from int, req pmi.SpawnRequest) (string
 	for i, c := range req.Cmds {
 		for range c.N {
 			if failed != 0 {
-				j.exits <- exit{rank: next + r, status: failed} // never started
+				j.exits <- exit{rank: next + r, status: failed, never: true}
 			} else if st := j.start(next+r, r, paths[i], append([]string{c.Path}, c.Args...), child); st != 0 {
 				failed = st
-				j.exits <- exit{rank: next + r, status: st}
+				j.exits <- exit{rank: next + r, status: st, never: true}
 			}
 			r++
 		}

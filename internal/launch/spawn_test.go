@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,6 +46,11 @@ func spawnProc() int {
 		fmt.Printf("spawn past the next free rank: %v\n", err)
 		_, err = c.Spawn(ctx, []pmi.SpawnCmd{{Path: "/nonexistent/program", N: 1}}, nil)
 		fmt.Printf("spawn of nothing: %v\n", err)
+		// A file that is executable but no program: it passes the
+		// launcher's look-up, and exec fails (ENOEXEC).
+		bad := os.Getenv(spawnEnv + "_BAD")
+		_, err = c.Spawn(ctx, []pmi.SpawnCmd{{Path: bad, N: 1}}, nil)
+		fmt.Printf("spawn of no program: %v\n", err)
 	}
 	c.Fence(ctx)
 	c.Finalize(ctx)
@@ -61,11 +67,17 @@ func TestSpawn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bad := filepath.Join(t.TempDir(), "noprogram")
+	if err := os.WriteFile(bad, []byte{0, 1, 2, 3}, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, status := range []int{0, 3} {
 		var out, errb bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		st := Run(ctx, Options{N: 2, Tag: true, Universe: 4, Stdout: &out, Stderr: &errb,
-			Env: []string{spawnEnv + "=1", spawnEnv + "_STATUS=" + strconv.Itoa(status)}}, []string{self})
+		// Under -ft -expect-failures: a spawned process that never
+		// started is no survivor, nor a failure (rivetrun exited 127).
+		st := Run(ctx, Options{N: 2, Tag: true, Universe: 5, FT: status == 0, ExpectFailures: status == 0, Stdout: &out, Stderr: &errb,
+			Env: []string{spawnEnv + "=1", spawnEnv + "_STATUS=" + strconv.Itoa(status), spawnEnv + "_BAD=" + bad}}, []string{self})
 		cancel()
 		if st != status {
 			t.Errorf("status %d, want %d\n%s\n%s", st, status, out.String(), errb.String())
@@ -82,12 +94,13 @@ func TestSpawn(t *testing.T) {
 			"[0] spawn: rivet-", "-spawn1 <nil>",
 			"[0] spawn past the next free rank: pmi: spawn: pmi: spawn-response failed: rc=1 rivetrun: spawn: the spawned processes would be ranks 9 on, but the next free rank is 4",
 			"[0] spawn of nothing: pmi: spawn: pmi: spawn-response failed: rc=1 rivetrun: spawn: exec",
+			"[0] spawn of no program: pmi: spawn: pmi: spawn-response failed: rc=1 rivetrun: spawn: a process could not start (status 127)",
 		} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("output lacks %q:\n%s\n%s", want, out.String(), errb.String())
 			}
 		}
-		if strings.Contains(out.String(), "[4]") {
+		if strings.Contains(out.String(), "[4]") || strings.Contains(out.String(), "[5]") {
 			t.Errorf("a failed spawn started a process:\n%s", out.String())
 		}
 	}

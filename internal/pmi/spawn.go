@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // SpawnCmd is one command of a spawn: N processes of Path with Args
@@ -83,9 +84,38 @@ func (c *Client) UniverseSize(ctx context.Context) int {
 		return 0
 	}
 	if found, _ := resp.get("found"); found != "TRUE" {
+		if strings.HasPrefix(c.jobid, "kvs_") {
+			return c.hydraUniverse(ctx)
+		}
 		return 0
 	}
 	v, _ := resp.get("value")
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// hydraUniverse asks Hydra, whose job ids are its key-value spaces'
+// names ("kvs_…"), for -usize: MPICH 4.0's Hydra serves no universeSize
+// job attribute under PMI-2, but answers PMI-1's get_universe_size on the
+// same connection (other PMI-2 servers are not asked: a line they do not
+// parse could break the connection).
+func (c *Client) hydraUniverse(ctx context.Context) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broken != nil {
+		return 0
+	}
+	defer c.deadline(ctx)()
+	c.v2 = false
+	resp, err := c.roundTrip(msg{cmd: "get_universe_size"}, "universe_size")
+	c.v2 = true
+	if err != nil {
+		return 0
+	}
+	v, _ := resp.get("size")
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		return 0
