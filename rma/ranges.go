@@ -319,7 +319,9 @@ type Undefined struct {
 // scoped to ranges. Memory outside the reported ranges keeps its value.
 // It is local. Ranges are reported at least as wide as what was written
 // (never narrower): a range stays recorded from the first write to it
-// until the epoch ends or a flush completes it. With range records off
+// until the epoch ends; a flush does not clear it — the records stay
+// until the next write after the flush that falls outside them, which
+// starts them again from that write alone. With range records off
 // (Info.NoRangeRecords, RIVET_RMA_RANGES=off) every range is a whole
 // window (a dynamic window's: every address, Len 2⁶⁴−1, in Target; its
 // attached regions in Exposed), and Exposed names every failed origin,
