@@ -40,16 +40,22 @@ func TestMemberKilled(t *testing.T)     { failJob(t, "3") }
 func init() { progs.Add("kill", progKill) }
 
 func failJob(t *testing.T, victim string) {
-	for name, env := range providers(t) {
+	v, _ := strconv.Atoi(victim)
+	killJob(t, "kill", v, "FILES_VICTIM="+victim)
+}
+
+// killJob runs prog on four ranks, in a directory of its own, with env:
+// the victim must die by SIGKILL and every other rank finish.
+func killJob(t *testing.T, prog string, victim int, env ...string) {
+	for name, penv := range providers(t) {
 		t.Run(name, func(t *testing.T) {
-			env := append(env, "FILES_DIR="+t.TempDir(), "FILES_VICTIM="+victim)
-			out, errs, st := progs.Run(t, 4, "kill", true, env...)
+			env := append(append(penv, "FILES_DIR="+t.TempDir()), env...)
+			out, errs, st := progs.Run(t, 4, prog, true, env...)
 			if st != 128+9 {
-				t.Fatalf("status %d, want 137 (the victim killed)\n%s\n%s", st, out, errs)
+				t.Fatalf("status %d, want 137 (rank %d killed)\n%s\n%s", st, victim, out, errs)
 			}
-			v, _ := strconv.Atoi(victim)
 			for r := range 4 {
-				if r != v && !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
+				if r != victim && !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
 					t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
 				}
 			}
@@ -150,22 +156,7 @@ func TestRaisedAtSome(t *testing.T)  { startJob(t, "raised") }
 
 func init() { progs.Add("startkill", progStartKill) }
 
-func startJob(t *testing.T, how string) {
-	for name, env := range providers(t) {
-		t.Run(name, func(t *testing.T) {
-			env := append(env, "FILES_DIR="+t.TempDir(), "FILES_HOW="+how)
-			out, errs, st := progs.Run(t, 4, "startkill", true, env...)
-			if st != 128+9 {
-				t.Fatalf("status %d, want 137 (rank 3 killed)\n%s\n%s", st, out, errs)
-			}
-			for r := range 3 {
-				if !strings.Contains(out, fmt.Sprintf("[%d] rank %d ok", r, r)) {
-					t.Fatalf("survivor %d did not finish:\n%s\n%s", r, out, errs)
-				}
-			}
-		})
-	}
-}
+func startJob(t *testing.T, how string) { killJob(t, "startkill", 3, "FILES_HOW="+how) }
 
 func progStartKill(ctx context.Context, ep *fabric.Endpoint) error {
 	c := ep.World()

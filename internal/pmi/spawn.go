@@ -90,6 +90,11 @@ func (c *Client) UniverseSize(ctx context.Context) int {
 		return 0
 	}
 	v, _ := resp.get("value")
+	return count(v)
+}
+
+// count is v as a count, 0 if it is none.
+func count(v string) int {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		return 0
@@ -116,11 +121,7 @@ func (c *Client) hydraUniverse(ctx context.Context) int {
 		return 0
 	}
 	v, _ := resp.get("size")
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
+	return count(v)
 }
 
 // UniverseKey is the job attribute of the universe size.
