@@ -85,9 +85,9 @@ type engine struct {
 	all []int
 	// later holds failures learned inside a poll (learn), applied at the
 	// end of the round (applyLater), once what the failed processes sent
-	// before dying is delivered; settling guards its own rounds.
+	// before dying is delivered; applying guards its own rounds.
 	later    []lateFailure
-	settling bool
+	applying bool
 }
 
 // A lateFailure is a failure learned inside a poll, not yet applied.
@@ -348,7 +348,7 @@ func (e *engine) progress() int {
 	if e.ftOut.Load() {
 		n += e.ftFlush()
 	}
-	if len(e.later) > 0 && !e.settling {
+	if len(e.later) > 0 && !e.applying {
 		n += e.applyLater()
 	}
 	if e.npend > 0 {
@@ -664,9 +664,9 @@ func (e *engine) learn(w int, cause error) {
 // applyLater applies the failures learned inside polls (learn): it delivers
 // what has arrived, from every peer, then marks each failed. A blocking
 // receive that reads one peer's frames itself (recvDirect) finds them in
-// the unexpected queue afterwards. It returns how many frames it moved.
+// the unexpected queue afterwards. It returns how much it did.
 func (e *engine) applyLater() int {
-	e.settling = true
+	e.applying = true
 	direct := e.direct
 	e.direct = -1
 	n := 0
@@ -688,7 +688,7 @@ func (e *engine) applyLater() int {
 	}
 	e.later = e.later[:0]
 	e.direct = direct
-	e.settling = false
+	e.applying = false
 	return n
 }
 
