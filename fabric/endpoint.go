@@ -272,8 +272,14 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	}
 	if len(ep.local) > 0 {
 		// A ring per world rank of the universe; their length is for
-		// the processes this node may come to hold.
-		sp, err := newShmSegment(segmentPrefix(b), ep.rank, ep.size, shmseg.Cells(len(ep.local)+ep.size-ep.jobSize), ep.opts.shmPipe)
+		// the processes this node may come to hold. A /dev/shm that
+		// cannot hold this node's segments is an error here, at every
+		// process alike, not a SIGBUS later.
+		cells := shmseg.Cells(len(ep.local) + ep.size - ep.jobSize)
+		if err := shmseg.CheckSpace(len(ep.local), cells); err != nil {
+			return fmt.Errorf("fabric: %w", err)
+		}
+		sp, err := newShmSegment(segmentPrefix(b), ep.rank, ep.size, cells, ep.opts.shmPipe)
 		if err != nil {
 			return err
 		}

@@ -191,9 +191,12 @@ func (s *Provider) add(me, w int, path string, pid int) (*out, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fabric: the shared memory of rank %d: %w", w, err)
 	}
+	if err := shmseg.PopulateRing(s.seg, w, s.cells); err != nil {
+		unix.Munmap(seg)
+		return nil, fmt.Errorf("fabric: the ring of rank %d in this process's shared memory: %w", w, err)
+	}
 	o := &out{ring: shmseg.RingAt(seg, me, cells), cells: cells, seg: seg, pid: pid}
 	s.out[w] = o
-	shmseg.PopulateRing(s.seg, w, s.cells)
 	s.in = append(s.in, in{ring: shmseg.RingAt(s.seg, w, s.cells), world: w})
 	return o, nil
 }

@@ -102,11 +102,47 @@ func ringOff(ix, cells int) int { return HeaderSize + ix*(RingHeader+cells*CellS
 // PopulateRing maps in the pages of ring ix of seg: done for the rings a
 // process's peers write, before they do, so that no frame takes a page
 // fault; the rings of processes that never come (another node's, or a
-// spawn's that never happens) cost no memory.
-func PopulateRing(seg []byte, ix, cells int) {
+// spawn's that never happens) cost no memory. It fails, rather than let
+// a write fault later, when /dev/shm has no room for the pages.
+func PopulateRing(seg []byte, ix, cells int) error {
 	off := ringOff(ix, cells)
-	populate(seg, off, off+RingHeader+cells*CellSize)
+	return populate(seg, off, off+RingHeader+cells*CellSize)
 }
+
+// NodeBytes is what the segments of nlocal processes of a node take in
+// /dev/shm once each has mapped in what its peers write: its header and
+// staging area, and a ring for every other process of the node.
+func NodeBytes(nlocal, cells int) int64 {
+	page := int64(os.Getpagesize())
+	round := func(n int64) int64 { return (n + page - 1) / page * page }
+	one := round(HeaderSize) + round(2*Chunk) + int64(nlocal-1)*round(RingHeader+int64(cells)*CellSize)
+	return int64(nlocal) * one
+}
+
+// ErrNoSpace says that /dev/shm cannot hold the node's segments; it
+// matches syscall.ENOSPC.
+var ErrNoSpace = fmt.Errorf("/dev/shm has no room for the node's shared memory: %w", unix.ENOSPC)
+
+// CheckSpace reports ErrNoSpace, naming the sizes, when /dev/shm has less
+// room than the segments of nlocal processes with rings of cells cells
+// need (NodeBytes): at start, so that a node too small for the job is an
+// error there rather than a SIGBUS at the first frame that reaches a page
+// the file system could not give.
+func CheckSpace(nlocal, cells int) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err != nil {
+		return nil // nothing to say: the segment's creation will tell
+	}
+	need := NodeBytes(nlocal, cells)
+	free := int64(st.Bavail) * st.Bsize
+	if need <= free {
+		return nil
+	}
+	return fmt.Errorf("%w: its %d processes need %s (%s each), and /dev/shm has %s free of %s — give it more room (a container's --shm-size) or run fewer processes on the node",
+		ErrNoSpace, nlocal, mib(need), mib(need/int64(nlocal)), mib(free), mib(int64(st.Blocks)*st.Bsize))
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // RingAt is ring ix of seg, whose rings have cells cells.
 func RingAt(seg []byte, ix, cells int) Ring {
@@ -149,8 +185,14 @@ func Create(prefix string, rank, rings, cells int, rnd [8]byte) (path string, se
 	if err != nil {
 		return fail(fmt.Errorf("mapping %s: %w", path, os.NewSyscallError("mmap", err)))
 	}
-	populate(seg, 0, HeaderSize)
-	populate(seg, StageOff(rings, cells), len(seg))
+	perr := populate(seg, 0, HeaderSize)
+	if perr == nil {
+		perr = populate(seg, StageOff(rings, cells), len(seg))
+	}
+	if perr != nil {
+		unix.Munmap(seg)
+		return fail(fmt.Errorf("shared memory %s: %w", path, perr))
+	}
 	binary.LittleEndian.PutUint64(seg[WordRings:], uint64(rings))
 	binary.LittleEndian.PutUint64(seg[WordCells:], uint64(cells))
 	atomic.StoreUint64(Word(seg, WordMagic), Magic)
@@ -185,21 +227,39 @@ func Open(path string, rings, ix int) ([]byte, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
 	}
-	populate(seg, 0, HeaderSize)
-	PopulateRing(seg, ix, cells)
-	populate(seg, StageOff(rings, cells), len(seg))
+	err = populate(seg, 0, HeaderSize)
+	if err == nil {
+		err = PopulateRing(seg, ix, cells)
+	}
+	if err == nil {
+		err = populate(seg, StageOff(rings, cells), len(seg))
+	}
+	if err != nil {
+		unix.Munmap(seg)
+		return nil, 0, err
+	}
 	return seg, cells, nil
 }
 
 // populate maps in the pages of seg[from:to], writable, so that the
-// first frames through them take no page faults. Before Linux 5.14
-// (no MADV_POPULATE_WRITE) they are faulted in on first use instead.
-func populate(seg []byte, from, to int) {
+// first frames through them take no page faults. When the file system
+// cannot give the pages (a full /dev/shm) it returns an error wrapping
+// ErrNoSpace where a write would have raised SIGBUS. Before Linux 5.14
+// (no MADV_POPULATE_WRITE) the pages are faulted in on first use instead.
+func populate(seg []byte, from, to int) error {
 	page := os.Getpagesize()
 	from &^= page - 1
 	to = min((to+page-1)&^(page-1), len(seg))
-	if from < to {
-		unix.Madvise(seg[from:to], unix.MADV_POPULATE_WRITE)
+	if from >= to {
+		return nil
+	}
+	switch err := unix.Madvise(seg[from:to], unix.MADV_POPULATE_WRITE); err {
+	case nil, unix.EINVAL:
+		return nil
+	case unix.EFAULT, unix.ENOMEM, unix.ENOSPC:
+		return fmt.Errorf("%w: %s of it could not be mapped in (%v)", ErrNoSpace, mib(int64(to-from)), err)
+	default:
+		return fmt.Errorf("madvise: %w", err)
 	}
 }
 
