@@ -193,7 +193,7 @@ func Start(t testing.TB, o Options) *Cluster {
 		t.Fatal(err)
 	}
 	if err := waitFile(filepath.Join(m, "socket"), 10*time.Second); err != nil {
-		t.Fatalf("munged: %v\n%s", err, c.logs())
+		t.Fatalf("munged: %v\n%s", err, c.Logs())
 	}
 	if err := c.start("slurmctld", "slurmctld", "-D", "-f", c.Conf); err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func Start(t testing.TB, o Options) *Cluster {
 		}
 	}
 	if err := c.waitIdle(60 * time.Second); err != nil {
-		t.Fatalf("%v\n%s", err, c.logs())
+		t.Fatalf("%v\n%s", err, c.Logs())
 	}
 	return c
 }
@@ -389,7 +389,7 @@ func (c *Cluster) Stop() error {
 		l.Close()
 	}
 	if len(errs) > 0 {
-		errs = append(errs, errors.New(c.logs()))
+		errs = append(errs, errors.New(c.Logs()))
 	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		errs = append(errs, err)
@@ -453,8 +453,9 @@ func (c *Cluster) leftovers() []string {
 	}
 }
 
-// logs is the tail of every log, for a failure's message.
-func (c *Cluster) logs() string {
+// Logs is the tail of every log of the cluster's daemons, for a
+// failure's message.
+func (c *Cluster) Logs() string {
 	var b strings.Builder
 	files, _ := filepath.Glob(filepath.Join(c.Dir, "log", "*"))
 	files = append(files, filepath.Join(c.Dir, "munge", "log"))
@@ -546,7 +547,7 @@ func NodeMain() {
 	}
 	for _, d := range c.procs {
 		<-d.done
-		fail(fmt.Errorf("%s exited: %v\n%s", d.name, d.cmd.ProcessState, c.logs()))
+		fail(fmt.Errorf("%s exited: %v\n%s", d.name, d.cmd.ProcessState, c.Logs()))
 	}
 }
 
