@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(collEnv); name != "" {
 		os.Exit(child(name, true))
 	}
+	if os.Getenv(initEnv) != "" {
+		os.Exit(childInit())
+	}
 	if list := os.Getenv(oneSidedEnv); list != "" {
 		os.Exit(childOneSided(list))
 	}

@@ -34,7 +34,8 @@ the job it was started in; started on its own it launches N ranks on this
 node first (shared memory). With no test name (or "all") it runs the
 point-to-point tests.
 
-Tests: %s, ft_detect (see rivet bench ft_detect -h),
+Tests: %s, osu_init (how long fabric.Init takes, as OSU's start-up test),
+ft_detect (see rivet bench ft_detect -h),
 ft_respawn (spawn 1 and N, and each step of a recovery to full size: -rounds),
 ft_recover (agree, iagree, shrink and revoke, beside barrier, allreduce 4 B and
 comm dup; -i ITER -x WARMUP; -failure adds shrink after the last rank dies),
@@ -93,6 +94,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	rest := fs.Args()
 	var runs []func(ctx context.Context, w *fabric.Comm) error
+	var initTook time.Duration // fabric.Init's, for osu_init
 	failure := false // a rank will die: the job must tolerate it
 	name := "all"
 	if len(rest) > 0 {
@@ -131,6 +133,12 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return errUsage
 		}
 		runs = append(runs, func(ctx context.Context, w *fabric.Comm) error { return ftbench.Recover(ctx, w, o, stdout) })
+	} else if name == osu.InitName {
+		if len(rest) > 0 {
+			fmt.Fprintf(stderr, "rivet bench %s takes no options (it times fabric.Init), not %q\n", name, rest)
+			return errUsage
+		}
+		runs = append(runs, func(ctx context.Context, w *fabric.Comm) error { return osu.RunInit(ctx, w, initTook, stdout) })
 	} else if name == "io" {
 		o, err := iobench.Parse(rest, stderr)
 		if err != nil {
@@ -175,7 +183,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		fmt.Fprintln(stderr, "rivet bench:", err)
 		return errUsage
 	}
+	initStart := time.Now()
 	ep, err := fabric.Init(ctx, fabric.WithProcessTuning(true))
+	initTook = time.Since(initStart)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,10 @@
  *
  *   osu latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
  *       [--percentiles]
+ *   osu init
+ *
+ * init is osu_init: how long MPI_Init took in each process, its minimum,
+ * maximum and mean, in whole milliseconds (OSU's arithmetic and line).
  *
  * --percentiles (latency) adds the columns of Rivet's --percentiles: the
  * median, 90th and 99th percentiles and maximum of each iteration's
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int cmp_double(const void *a, const void *b)
@@ -162,14 +167,28 @@ int main(int argc, char **argv)
 {
     int rank, nprocs, opt, iters = -1, warm = -1, window = 64, pct = 0;
     static const struct option longopts[] = {{"percentiles", no_argument, NULL, 'P'}, {0}};
+    struct timespec before, after;
+    clock_gettime(CLOCK_REALTIME, &before);
     MPI_Init(&argc, &argv);
+    clock_gettime(CLOCK_REALTIME, &after);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
     const char *test = argc > 1 ? argv[1] : "";
+    if (!strcmp(test, "init")) {
+        long took = (after.tv_sec - before.tv_sec) * 1e3, lo, hi, sum;
+        took += (after.tv_nsec - before.tv_nsec) / 1e6;
+        MPI_Reduce(&took, &lo, 1, MPI_LONG, MPI_MIN, 0, MPI_COMM_WORLD);
+        MPI_Reduce(&took, &hi, 1, MPI_LONG, MPI_MAX, 0, MPI_COMM_WORLD);
+        MPI_Reduce(&took, &sum, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (rank == 0)
+            printf("# OSU MPI Init Test v7.4\nnprocs: %d, min: %ld ms, max: %ld ms, avg: %ld ms\n", nprocs, lo, hi, sum / nprocs);
+        MPI_Finalize();
+        return 0;
+    }
     int pt2pt = !strcmp(test, "latency") || !strcmp(test, "bw");
     if (nprocs < 2 || !(pt2pt || !strcmp(test, "allreduce") || !strcmp(test, "barrier"))) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -n N %s latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW] [--percentiles]\n", argv[0]);
+            fprintf(stderr, "usage: mpirun -n N %s latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW] [--percentiles] | init\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
