@@ -115,6 +115,17 @@ func parseOSU(data []byte, name string) ([]Table, error) {
 			}
 			return nil
 		}
+		if m := initLine.FindStringSubmatch(s); m != nil && t != nil && len(t.Columns) == 0 {
+			// osu_init's one line: a row keyed by the number of
+			// processes (a plot of several runs draws the time
+			// against it).
+			t.Columns = []Column{{Name: "Processes"}, {Name: "Min", Unit: "ms"}, {Name: "Max", Unit: "ms"}, {Name: "Avg", Unit: "ms"}}
+			row, err := parseRow(m[1:], len(t.Columns))
+			if err == nil {
+				t.Rows = append(t.Rows, row)
+			}
+			return err
+		}
 		if t == nil || len(t.Columns) == 0 {
 			return fmt.Errorf("a row before any column header: %q", clip(s))
 		}
@@ -127,6 +138,9 @@ func parseOSU(data []byte, name string) ([]Table, error) {
 	})
 	return tables, err
 }
+
+// initLine is osu_init's result line (OSU 7.4's format).
+var initLine = regexp.MustCompile(`^nprocs: (\d+), min: (-?\d+) ms, max: (-?\d+) ms, avg: (-?\d+) ms$`)
 
 // parseRow reads a row of ncol columns: the values are the last
 // ncol-1 fields, the key the fields before them.

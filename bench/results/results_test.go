@@ -41,6 +41,7 @@ func TestParse(t *testing.T) {
 		{"rivet-osu_bw.txt", 1, "OSU MPI Bandwidth Test v7.4", "Size (bytes)|Bandwidth (MB/s)", 17, "1", true},
 		{"rivet-osu_allreduce-f.txt", 1, "OSU MPI Allreduce Latency Test v7.4", "Size (bytes)|Avg Latency (us)|Min Latency (us)|Max Latency (us)|Iterations", 9, "4", true},
 		{"rivet-osu_fop_latency-all.txt", 3, "OSU MPI_Fetch_and_op latency Test v7.4", "Size (bytes)|Latency (us)", 1, "1", true},
+		{"rivet-osu_init.txt", 1, "OSU MPI Init Test v7.4", "Processes|Min (ms)|Max (ms)|Avg (ms)", 1, "4", true},
 		{"rivet-ft_recover.txt", 1, "Rivet Fault-Tolerance Recovery Test: 2 ranks", "Operation|Avg Latency (us)|Min Latency (us)|Max Latency (us)|Iterations", 7, "barrier", false},
 		{"perftest-ib_write_lat.txt", 1, "RDMA_Write Latency Test", "Size (bytes)|#iterations|t_min (us)|t_max (us)|t_typical (us)|t_avg (us)|t_stdev (us)|99% percentile (us)|99.9% percentile (us)", 1, "8", true},
 		{"perftest-ib_write_bw.txt", 1, "RDMA_Write BW Test", "Size (bytes)|#iterations|BW peak (MB/s)|BW average (MB/s)|MsgRate (Mpps)", 1, "65536", true},
@@ -84,7 +85,7 @@ func TestParse(t *testing.T) {
 
 // TestRoundTrip: JSON and CSV give back the same tables.
 func TestRoundTrip(t *testing.T) {
-	for _, file := range []string{"rivet-osu_latency.txt", "rivet-osu_allreduce-f.txt", "rivet-osu_fop_latency-all.txt", "rivet-ft_recover.txt", "perftest-ib_write_bw.txt"} {
+	for _, file := range []string{"rivet-osu_latency.txt", "rivet-osu_init.txt", "rivet-osu_allreduce-f.txt", "rivet-osu_fop_latency-all.txt", "rivet-ft_recover.txt", "perftest-ib_write_bw.txt"} {
 		tables := parseFile(t, file)
 		var j, c bytes.Buffer
 		if err := WriteJSON(&j, tables); err != nil {
