@@ -43,6 +43,9 @@ type DeviceAttr struct {
 	MaxQPInitRd int
 	AtomicCap   int // 0 none, 1 HCA, 2 global
 	PhysPortCnt int
+	MaxSRQ      int // shared receive queues (0: none)
+	MaxSRQWR    int
+	MaxSRQSGE   int
 }
 
 // Open opens the RDMA device called name, or, if name is "", the first
@@ -105,6 +108,7 @@ func Open(name string) (*Context, error) {
 			MaxSGE: int(da.MaxSGE), MaxCQ: int(da.MaxCQ), MaxCQE: int(da.MaxCQE), MaxMR: int(da.MaxMR),
 			MaxPD: int(da.MaxPD), MaxQPRdAtom: int(da.MaxQPRdAtom), MaxQPInitRd: int(da.MaxQPInitRdAtom),
 			AtomicCap: int(da.AtomicCap), PhysPortCnt: int(da.PhysPortCnt),
+			MaxSRQ: int(da.MaxSRQ), MaxSRQWR: int(da.MaxSRQWR), MaxSRQSGE: int(da.MaxSRQSGE),
 		},
 	}
 	return c, nil

@@ -227,7 +227,7 @@ func (qp *QP) checkSGEs(sges []SGE, maxSGE int, what string) (uint64, error) {
 	}
 	var total uint64
 	for _, s := range sges {
-		if err := qp.checkMR(s.MR); err != nil {
+		if err := checkMR(qp.pd, s.MR); err != nil {
 			return 0, err
 		}
 		if s.Offset > s.MR.length || uint64(s.Length) > s.MR.length-s.Offset {
@@ -238,21 +238,21 @@ func (qp *QP) checkSGEs(sges []SGE, maxSGE int, what string) (uint64, error) {
 	return total, nil
 }
 
-// tooManySGEs is the error of a request with n SGEs where the QP takes
+// tooManySGEs is the error of a request with n SGEs where the queue takes
 // max in a what ("send", "receive").
 func tooManySGEs(n, max int, what string) error {
-	return invalid("%d SGEs in a %s (this QP takes %d)", n, what, max)
+	return invalid("%d SGEs in a %s (the queue takes %d)", n, what, max)
 }
 
-// checkMR checks that an SGE's region is one this QP may use.
-func (qp *QP) checkMR(mr *MR) error {
+// checkMR checks that an SGE's region is one a queue of pd may use.
+func checkMR(pd *PD, mr *MR) error {
 	if mr == nil {
 		return invalid("SGE without a memory region")
 	}
 	if mr.closed.Load() {
 		return fmt.Errorf("verbs: SGE memory region: %w", ErrClosed)
 	}
-	if mr.pd != qp.pd {
+	if mr.pd != pd {
 		return invalid("SGE memory region is in another protection domain")
 	}
 	return nil
@@ -324,19 +324,29 @@ func (qp *QP) postRecv(wrs []RecvWR) error {
 	if qp.state == QPReset {
 		return fmt.Errorf("verbs: posting a receive on QP %#x in state %s: %w", qp.qpn, qp.state, ErrState)
 	}
-	if free := qp.rq.Free(); uint32(len(wrs)) > free {
-		return fmt.Errorf("verbs: QP %#x: %w: %d requests, %d free receive slots", qp.qpn, ErrQueueFull, len(wrs), free)
+	if qp.srq != nil {
+		return invalid("QP %#x takes its receives from its SRQ: post them there", qp.qpn)
+	}
+	return postRecvs(qp.rq, qp.pd, qp.maxRecvSGE, wrs, "QP", qp.qpn)
+}
+
+// postRecvs writes wrs into receive ring q — a QP's or an SRQ's (what,
+// num name it) — of a queue of pd whose receives take up to maxSGE SGEs,
+// and publishes them; all or none.
+func postRecvs(q *rxe.Queue, pd *PD, maxSGE int, wrs []RecvWR, what string, num uint32) error {
+	if free := q.Free(); uint32(len(wrs)) > free {
+		return fmt.Errorf("verbs: %s %#x: %w: %d requests, %d free receive slots", what, num, ErrQueueFull, len(wrs), free)
 	}
 	// A batch usually reposts buffers of one region: each region is
 	// checked in full once, each SGE's bounds every time.
 	var checked *MR
 	for i := range wrs {
-		if len(wrs[i].Local) > qp.maxRecvSGE {
-			return tooManySGEs(len(wrs[i].Local), qp.maxRecvSGE, "receive")
+		if len(wrs[i].Local) > maxSGE {
+			return tooManySGEs(len(wrs[i].Local), maxSGE, "receive")
 		}
 		for _, s := range wrs[i].Local {
 			if s.MR != checked {
-				if err := qp.checkMR(s.MR); err != nil {
+				if err := checkMR(pd, s.MR); err != nil {
 					return err
 				}
 				if s.MR.access&AccessLocalWrite == 0 {
@@ -350,7 +360,7 @@ func (qp *QP) postRecv(wrs []RecvWR) error {
 		}
 	}
 	for i := range wrs {
-		slot := qp.rq.NextSlot(uint32(i))
+		slot := q.NextSlot(uint32(i))
 		h := (*rxe.RecvWQEHeader)(slot)
 		*h = rxe.RecvWQEHeader{WRID: wrs[i].ID}
 		sges := unsafe.Slice((*rxe.SGE)(unsafe.Add(slot, rxe.RecvWQEHeaderSize)), len(wrs[i].Local))
@@ -361,7 +371,7 @@ func (qp *QP) postRecv(wrs []RecvWR) error {
 		}
 		h.DMA = rxe.DMAInfo{Length: total, Resid: total, NumSGE: uint32(len(wrs[i].Local))}
 	}
-	qp.rq.Publish(uint32(len(wrs)))
+	q.Publish(uint32(len(wrs)))
 	return nil
 }
 

@@ -61,6 +61,10 @@ type QPConfig struct {
 	SignalAll      bool   // every send completes with a completion, whatever its flags
 	Port           int    // 0 means 1
 	Access         Access // what the peer may do to our memory through this QP; 0 means AccessAll
+	// SRQ, if set, is where the QP takes its receives from: MaxRecvWR and
+	// MaxRecvSGE are then the SRQ's, and PostRecv is refused (post to the
+	// SRQ). It must be of the QP's protection domain.
+	SRQ *SRQ
 	// Unlocked makes PostSend, PostSendInline and PostRecv take no lock:
 	// the caller promises that no post runs at the same time as another
 	// post to the same queue, a state change (Connect, SetError, …) or
@@ -75,6 +79,7 @@ type QP struct {
 	pd     *PD
 	sendCQ *CQ
 	recvCQ *CQ
+	srq    *SRQ // QPConfig.SRQ: receives come from there (rq is nil)
 	id     uint64
 	handle uint32
 	qpn    uint32
@@ -118,6 +123,9 @@ func (pd *PD) NewQP(cfg QPConfig) (*QP, error) {
 	if cfg.SendCQ.ctx != c || cfg.RecvCQ.ctx != c {
 		return nil, invalid("CQ belongs to another device")
 	}
+	if cfg.SRQ != nil && cfg.SRQ.pd != pd {
+		return nil, invalid("the SRQ is of another protection domain")
+	}
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -159,9 +167,20 @@ func (pd *PD) NewQP(cfg QPConfig) (*QP, error) {
 		pd.release()
 		return nil, err
 	}
-	qp := &QP{pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, id: c.nextID.Add(1), port: cfg.Port,
+	if cfg.SRQ != nil {
+		if err := cfg.SRQ.acquire(); err != nil {
+			cfg.RecvCQ.release()
+			cfg.SendCQ.release()
+			pd.release()
+			return nil, err
+		}
+	}
+	qp := &QP{pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ, id: c.nextID.Add(1), port: cfg.Port,
 		psn: rand.Uint32() & 0xffffff, maxMsg: port.MaxMsgSize, unlocked: cfg.Unlocked}
 	if err := qp.create(cfg); err != nil {
+		if cfg.SRQ != nil {
+			cfg.SRQ.release()
+		}
 		cfg.RecvCQ.release()
 		cfg.SendCQ.release()
 		pd.release()
@@ -183,6 +202,10 @@ func (qp *QP) create(cfg QPConfig) error {
 	if cfg.SignalAll {
 		req.SQSigAll = 1
 	}
+	if cfg.SRQ != nil {
+		req.SRQHandle, req.IsSRQ = cfg.SRQ.handle, 1
+		req.MaxRecvWR, req.MaxRecvSGE = 0, 0
+	}
 	r, err := c.uv.CreateQP(req)
 	if err != nil {
 		return c.wrap(err)
@@ -198,10 +221,14 @@ func (qp *QP) create(cfg QPConfig) error {
 		c.uv.DestroyQP(qp.handle)
 		return c.wrap(err)
 	}
-	for _, m := range []struct {
+	rings := []struct {
 		mi  uverbs.MMInfo
 		dst **rxe.Queue
-	}{{r.SQ, &qp.sq}, {r.RQ, &qp.rq}} {
+	}{{r.SQ, &qp.sq}, {r.RQ, &qp.rq}}
+	if cfg.SRQ != nil {
+		rings = rings[:1] // no receive ring: the SRQ's
+	}
+	for _, m := range rings {
 		buf, err := c.uv.MmapRing(m.mi)
 		if err != nil {
 			return fail(err)
@@ -215,7 +242,9 @@ func (qp *QP) create(cfg QPConfig) error {
 	// What fits in a slot bounds what the kernel reported, whichever is less.
 	qp.maxSendSGE = min(int(r.MaxSendSGE), (int(qp.sq.ElemSize())-rxe.SendWQEHeaderSize)/rxe.SGESize)
 	qp.maxInline = min(int(r.MaxInlineData), int(qp.sq.ElemSize())-rxe.SendWQEHeaderSize)
-	qp.maxRecvSGE = min(int(r.MaxRecvSGE), (int(qp.rq.ElemSize())-rxe.RecvWQEHeaderSize)/rxe.SGESize)
+	if qp.rq != nil {
+		qp.maxRecvSGE = min(int(r.MaxRecvSGE), (int(qp.rq.ElemSize())-rxe.RecvWQEHeaderSize)/rxe.SGESize)
+	}
 	qp.bell = c.uv.NewDoorbell(qp.handle)
 
 	m := uverbs.ModifyQP{QPHandle: qp.handle, QPState: uint8(QPInit), PortNum: uint8(cfg.Port),
@@ -299,7 +328,9 @@ const NoRetry = -1
 // retransmission timer; the first expiry may come early because earlier
 // traffic armed the timer (rxe does not restart it per packet), so the wait
 // lies between retries and retries+2 periods. A period is
-// 4.096 µs << timeout, at least one tick (4 ms at CONFIG_HZ=250).
+// 4.096 µs << timeout, at least one tick (4 ms at CONFIG_HZ=250). It is a
+// bound for a kernel that runs its timers on time: a loaded host may run
+// a virtual machine's late.
 func RetryBound(timeout uint8, retries int) time.Duration {
 	period := max(time.Duration(4096<<timeout)*time.Nanosecond, 4*time.Millisecond)
 	return time.Duration(retries+2) * period
@@ -535,12 +566,18 @@ func (qp *QP) Close() error {
 	qp.closed = true
 	// The kernel keeps the ring memory until the last mapping goes, so
 	// unmapping after DESTROY is safe.
-	err := errors.Join(unix.Munmap(qp.sq.Bytes()), unix.Munmap(qp.rq.Bytes()))
+	err := unix.Munmap(qp.sq.Bytes())
+	if qp.rq != nil {
+		err = errors.Join(err, unix.Munmap(qp.rq.Bytes()))
+	}
 	c.mu.Lock()
 	delete(c.qps, qp.id)
 	c.mu.Unlock()
 	qp.sendCQ.release()
 	qp.recvCQ.release()
+	if qp.srq != nil {
+		qp.srq.release()
+	}
 	qp.pd.release()
 	return err
 }

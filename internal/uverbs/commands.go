@@ -113,6 +113,19 @@ func (c *Context) QueryQP(qp, attrMask uint32) (QueryQPResp, error) {
 	return r, command(c, "QUERY_QP", CmdQueryQP, &queryQP{QPHandle: qp, AttrMask: attrMask}, &r)
 }
 
+// CreateSRQ is CREATE_SRQ with rxe's response.
+func (c *Context) CreateSRQ(req CreateSRQ) (CreateSRQResp, error) {
+	var r CreateSRQResp
+	return r, command(c, "CREATE_SRQ", CmdCreateSRQ, &req, &r)
+}
+
+// DestroySRQ is DESTROY_SRQ; it returns how many async events were
+// reported.
+func (c *Context) DestroySRQ(srq uint32) (uint32, error) {
+	var r struct{ EventsReported uint32 }
+	return r.EventsReported, command(c, "DESTROY_SRQ", CmdDestroySRQ, &destroy{Handle: srq}, &r)
+}
+
 // DestroyQP is DESTROY_QP; it returns how many async events were reported.
 func (c *Context) DestroyQP(qp uint32) (uint32, error) {
 	var r struct{ EventsReported uint32 }

@@ -24,6 +24,8 @@ const (
 	CmdModifyQP          = 26
 	CmdDestroyQP         = 27
 	CmdPostSend          = 28
+	CmdCreateSRQ         = 32
+	CmdDestroySRQ        = 35
 )
 
 // QueryDeviceResp is struct ib_uverbs_query_device_resp (176 bytes).
@@ -171,6 +173,31 @@ type CreateQP struct {
 	QPType        uint8
 	IsSRQ         uint8
 	_             uint8
+}
+
+// CreateSRQ is struct ib_uverbs_create_srq, with no driver data (rxe
+// reads none).
+type CreateSRQ struct {
+	_          structs.HostLayout
+	Response   uint64
+	UserHandle uint64
+	PDHandle   uint32
+	MaxWR      uint32
+	MaxSGE     uint32
+	SRQLimit   uint32
+}
+
+// CreateSRQResp is ib_uverbs_create_srq_resp followed by
+// rxe_create_srq_resp: the ring to map, and the SRQ's number.
+type CreateSRQResp struct {
+	_         structs.HostLayout
+	SRQHandle uint32
+	MaxWR     uint32
+	MaxSGE    uint32
+	SRQN      uint32
+	MI        MMInfo
+	SRQNum    uint32
+	_         uint32
 }
 
 // CreateQPResp is ib_uverbs_create_qp_resp followed by rxe_create_qp_resp
