@@ -987,6 +987,12 @@ func (v *Provider) fail(w int, cause error) {
 	v.eng.Lost(w, v.Closed(w), cause)
 }
 
+// goodbyeWait bounds how long Goodbye waits for its writes to be
+// acknowledged: well past an RC round trip, even between virtual machines
+// on a loaded host, whose CPUs the host may hold for hundreds of
+// milliseconds (it was 100 ms).
+const goodbyeWait = time.Second
+
 // Closed reports whether the peer said goodbye (Close) before going.
 func (v *Provider) Closed(peer int) bool {
 	if v.closing { // Close unmaps the control words
@@ -996,7 +1002,11 @@ func (v *Provider) Closed(peer int) bool {
 }
 
 // Goodbye tells every connected peer that this process is closing on
-// purpose, and waits (briefly) until the writes are acknowledged.
+// purpose, and waits until the writes are acknowledged, for up to
+// goodbyeWait: a peer on another node learns of a clean exit only from
+// this word, and a goodbye lost with the queue pair torn down under it
+// reads there as a failure. (A peer whose queue pair failed completes the
+// write at once, flushed.)
 func (v *Provider) Goodbye() {
 	want := 0
 	for _, p := range v.peers {
@@ -1004,7 +1014,7 @@ func (v *Provider) Goodbye() {
 			want++
 		}
 	}
-	deadline := time.Now().Add(100 * time.Millisecond)
+	deadline := time.Now().Add(goodbyeWait)
 	for want > 0 && time.Now().Before(deadline) {
 		n, err := v.cq.Poll(v.wcs[:])
 		if err != nil {
