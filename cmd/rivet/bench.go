@@ -95,7 +95,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	rest := fs.Args()
 	var runs []func(ctx context.Context, w *fabric.Comm) error
 	var initTook time.Duration // fabric.Init's, for osu_init
-	failure := false // a rank will die: the job must tolerate it
+	failure := false           // a rank will die: the job must tolerate it
 	name := "all"
 	if len(rest) > 0 {
 		name, rest = rest[0], rest[1:]
