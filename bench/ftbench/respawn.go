@@ -75,7 +75,7 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 		}
 		num, round = int(hdr[1]), int(hdr[2])
 		if comm, err = rejoin(ctx, p, true, num); err != nil {
-			return err
+			return fmt.Errorf("ftbench: a replacement's rejoin: %w", err)
 		}
 	} else {
 		n := comm.Size()
@@ -120,8 +120,13 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 	for ; round < o.Rounds; round++ {
 		n := comm.Size()
 		victim := n / 2
-		if err := collectives.Barrier(ctx, comm); err != nil {
-			return err
+		// The victim dies as its barrier returns: a survivor still in the
+		// barrier then may see it raise — the victim's failure, or the
+		// revoke of a survivor that learned of it first. That is the
+		// failure being measured, not an error of the run (a survivor
+		// that gave up here once left the others waiting for it).
+		if err := collectives.Barrier(ctx, comm); err != nil && !errors.Is(err, fabric.ErrProcFailed) && !errors.Is(err, fabric.ErrRevoked) {
+			return fmt.Errorf("ftbench: round %d: the barrier before the kill: %w", round, err)
 		}
 		if num == victim {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -137,12 +142,12 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 		comm.Revoke()
 		s, err := ft.Shrink(ctx, comm)
 		if err != nil {
-			return err
+			return fmt.Errorf("ftbench: round %d: shrink: %w", round, err)
 		}
 		t2 := time.Now()
 		ic, err := s.Spawn(ctx, 0, self, o.Args, 1)
 		if err != nil {
-			return err
+			return fmt.Errorf("ftbench: round %d: spawn: %w", round, err)
 		}
 		t3 := time.Now()
 		if s.Rank() == 0 {
@@ -152,7 +157,7 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 		}
 		next, err := rejoin(ctx, ic, false, num)
 		if err != nil {
-			return err
+			return fmt.Errorf("ftbench: round %d: rejoin: %w", round, err)
 		}
 		t4 := time.Now()
 		for i, d := range []time.Duration{t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t4.Sub(t3), t4.Sub(t0)} {
@@ -174,7 +179,7 @@ func Respawn(ctx context.Context, ep *fabric.Endpoint, o RespawnOptions, out io.
 	}
 	sub, err := comm.Split(ctx, 1-flag, comm.Rank())
 	if err != nil {
-		return err
+		return fmt.Errorf("ftbench: splitting off the reporters: %w", err)
 	}
 	defer sub.Free()
 	if !full {
