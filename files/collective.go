@@ -36,7 +36,10 @@ import (
 // that fails loses only its own data, the aggregators write everyone
 // else's, and raise. Members that did not exchange with a failed
 // process may return success: use ft.Agree on a communicator of the
-// same group to learn whether the call succeeded everywhere.
+// same group to learn whether the call succeeded everywhere. A member at
+// which the first exchange (the Allgather of where every byte goes)
+// raises on a failure moves nothing and revokes the file: members at
+// which it completed would otherwise wait for its data for good.
 
 // WriteAtAll writes buf at offset off of each member's view,
 // collectively (MPI_File_write_at_all).
