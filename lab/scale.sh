@@ -69,21 +69,17 @@ for n in "${counts[@]}"; do
 	for side in rivet ompi; do
 		if [ $side = rivet ]; then
 			run() { "$out/rivetrun" -n "$n" -bind-to none "$out/rivet" bench "$@"; }
-			watch "^$out/rivet bench" run osu_barrier -i "$iters" -x "$warm"
-			barrier=$(lat)
-			run osu_init >"$out/job" 2>/dev/null
-			init=$(initavg)
-			run osu_allreduce -m 8:8 -i "$iters" -x "$warm" >"$out/job" 2>/dev/null
-			allreduce=$(lat)
+			tests=(osu_barrier osu_init osu_allreduce) ranks="^$out/rivet bench"
 		else
 			run() { mpirun.openmpi -n "$n" --oversubscribe --bind-to none "$out/osu" "$@"; }
-			watch "^$out/osu barrier" run barrier -i "$iters" -x "$warm"
-			barrier=$(lat)
-			run init >"$out/job" 2>/dev/null
-			init=$(initavg)
-			run allreduce -m 8:8 -i "$iters" -x "$warm" >"$out/job" 2>/dev/null
-			allreduce=$(lat)
+			tests=(barrier init allreduce) ranks="^$out/osu barrier"
 		fi
+		watch "$ranks" run "${tests[0]}" -i "$iters" -x "$warm"
+		barrier=$(lat)
+		run "${tests[1]}" >"$out/job" 2>/dev/null
+		init=$(initavg)
+		run "${tests[2]}" -m 8:8 -i "$iters" -x "$warm" >"$out/job" 2>/dev/null
+		allreduce=$(lat)
 		read -r shm p <"$out/peaks"
 		printf "%-6d %-8s %12d %12d %10s %14s %14s\n" "$n" "$side" "$shm" "$p" "$init" "$barrier" "$allreduce"
 	done
