@@ -17,8 +17,11 @@ runs=${1:-10}
 repo=$(pwd)
 out=$(mktemp -d /tmp/rivet-fresh.XXXXXX)
 pids=()
+second=
 cleanup() {
 	((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null
+	# The second job's test binaries and ranks run from its directory.
+	[ -n "${second:-}" ] && pkill -f "$second/" 2>/dev/null
 	wait 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -59,7 +62,7 @@ for ((i = 1; i <= runs; i++)); do
 		cleanup
 		pids=()
 		chmod -R u+w "$run" "${second:-/nonexistent}" 2>/dev/null || true
-		rm -rf "$run" "${second:-}"
+		rm -rf "$run" "${second:-}" || true
 	else
 		echo "run $i: FAILED after $((SECONDS - t0)) s; log: $run/log"
 		grep -E '^(--- FAIL|FAIL|panic:|test.sh:)' "$run/log" | head -20
