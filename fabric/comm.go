@@ -358,7 +358,6 @@ const (
 	tagDup = 1 + iota*4
 	tagSplit
 	tagCreate
-	tagConnect     = 60
 	tagCreateGroup = 64
 )
 

@@ -124,10 +124,6 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 	}
 	ep.world = newComm(ep, 0, 0, rankRange(ep.base, ep.jobSize))
 	ep.self = newComm(ep, 1, 0, []int{ep.rank})
-	if err := ep.unlinkWhenMapped(ctx); err != nil {
-		ep.closeProviders()
-		return nil, err
-	}
 	if fd := o.ftFD; fd != 0 {
 		unix.CloseOnExec(fd)
 		unix.SetNonblock(fd, true)
@@ -271,15 +267,17 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		}
 	}
 	if len(ep.local) > 0 {
-		// A ring per world rank of the universe; their length is for
-		// the processes this node may come to hold. A /dev/shm that
-		// cannot hold this node's segments is an error here, at every
-		// process alike, not a SIGBUS later.
-		cells := shmseg.Cells(len(ep.local) + ep.size - ep.jobSize)
-		if err := shmseg.CheckSpace(len(ep.local), cells); err != nil {
+		// A ring for each process this node may come to hold (this
+		// job's here and every spawn's), claimed by the ones that send
+		// to this process. A /dev/shm that cannot hold what the node's
+		// segments need to start is an error here, at every process
+		// alike, not a SIGBUS later.
+		nodeCap := len(ep.local) + ep.size - ep.jobSize
+		cells := shmseg.Cells(nodeCap)
+		if err := shmseg.CheckSpace(len(ep.local), nodeCap, cells); err != nil {
 			return fmt.Errorf("fabric: %w", err)
 		}
-		sp, err := newShmSegment(segmentPrefix(b), ep.rank, ep.size, cells, ep.opts.shmPipe)
+		sp, err := newShmSegment(segmentPrefix(b), ep.rank, ep.size, nodeCap, cells, ep.opts.shmPipe)
 		if err != nil {
 			return err
 		}
@@ -314,8 +312,11 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			}
 			paths[i] = string(v)
 		}
-		if err := ep.shm.Connect(ep.rank, ep.local, paths, pids); err != nil {
+		if err := ep.shm.Connect(ep.local, paths, pids); err != nil {
 			return err
+		}
+		if testHookBeforeUnlink != nil {
+			testHookBeforeUnlink(ep)
 		}
 		for _, r := range ep.local {
 			if r != ep.rank {
@@ -381,34 +382,6 @@ func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 	ep.stopEvents = cancel
 	go ep.watchVerbs(events)
 	v.ServeHandshakes()
-	return nil
-}
-
-// unlinkWhenMapped waits until every process on the node has mapped this
-// process's segment — each proves it by writing a frame into its ring
-// there — and then unlinks the segment's name, so that nothing is left
-// behind whatever happens next. (A PMI fence would not do: Hydra's PMI-2
-// fence does not wait for the other processes.)
-func (ep *Endpoint) unlinkWhenMapped(ctx context.Context) error {
-	if ep.shm == nil {
-		return nil
-	}
-	if testHookBeforeUnlink != nil {
-		testHookBeforeUnlink(ep)
-	}
-	w := ep.world
-	var reqs []Request
-	for _, r := range ep.local {
-		if r == ep.rank {
-			continue
-		}
-		r := w.fromWorld(r)
-		reqs = append(reqs, w.irecv(nil, r, tagConnect, w.ctxMgmt()), w.isend(nil, r, tagConnect, w.ctxMgmt()))
-	}
-	if err := WaitAll(ctx, reqs, nil); err != nil {
-		return fmt.Errorf("fabric: connecting to the processes on this node: %w", err)
-	}
-	ep.shm.Unlink()
 	return nil
 }
 

@@ -356,6 +356,11 @@ func (e *engine) progress() int {
 			l := &e.pending[dest]
 			for r := l.head; r != nil; r = l.head {
 				if !e.route[dest].send(dest, &r.h, r.payload()) {
+					if f, ok := e.route[dest].(sendFailer); ok {
+						if err := f.sendErr(dest); err != nil {
+							e.dropPending(dest, func(*op) error { return err })
+						}
+					}
 					break
 				}
 				l.remove(r)
@@ -366,6 +371,25 @@ func (e *engine) progress() int {
 		}
 	}
 	return n
+}
+
+// dropPending ends the frames queued for peer: sends fail with errFor's
+// error, control frames are dropped.
+func (e *engine) dropPending(peer int, errFor func(*op) error) {
+	l := &e.pending[peer]
+	for r := l.head; r != nil; r = l.head {
+		l.remove(r)
+		e.npend--
+		if r.kind == reqCtl {
+			r.state = stDone
+			e.release(r)
+			continue
+		}
+		if r.h.Kind == wire.RTS {
+			delete(e.rdv, r.h.ID)
+		}
+		e.finish(r, errFor(r))
+	}
 }
 
 // cancel cancels r if no data of it has moved yet, and aborts a schedule.
@@ -722,20 +746,7 @@ func (e *engine) markFailedNow(peer int, cause error) {
 			}
 		}
 	}
-	l := &e.pending[peer]
-	for r := l.head; r != nil; r = l.head {
-		l.remove(r)
-		e.npend--
-		if r.kind == reqCtl {
-			r.state = stDone
-			e.release(r)
-			continue
-		}
-		if r.h.Kind == wire.RTS {
-			delete(e.rdv, r.h.ID)
-		}
-		e.finish(r, e.peerError(r.comm, peer, cause))
-	}
+	e.dropPending(peer, func(r *op) error { return e.peerError(r.comm, peer, cause) })
 	for id, r := range e.rdv {
 		if r.peer == peer {
 			delete(e.rdv, id)

@@ -162,7 +162,7 @@ func TestStaleSegmentSweep(t *testing.T) {
 		}
 		defer os.Remove(p)
 	}
-	s, err := newShmSegment("rivet-test", 0, 2, 64, 0)
+	s, err := newShmSegment("rivet-test", 0, 2, 2, 64, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,8 @@ import (
 
 // Large node allreduces meet in shared memory too, a chunk at a time,
 // through a staging area of two chunk buffers at the end of each
-// process's segment, used by turns. Every chunk has a number, counted per
+// process's segment, used by turns and mapped in by its owner before its
+// first such allreduce. Every chunk has a number, counted per
 // process across allreduces, and goes in four steps:
 //
 //  1. Each process copies its operand's chunk into its buffer — all but
@@ -72,6 +73,13 @@ func (c *Comm) nodeAllreduceChunks(ctx context.Context, send, acc []byte, elem i
 			return true, err
 		}
 		if o == 0 {
+			if err := sp.Stage(); err != nil {
+				// Said to the peers as a length none contributes, so
+				// that every process fails this allreduce at once.
+				sp.Publish(shmseg.WordChunkLen, noStage)
+				sp.Publish(shmseg.WordChunkIn, g)
+				return true, fmt.Errorf("fabric: allreduce: %w", err)
+			}
 			sp.Publish(shmseg.WordChunkLen, uint64(len(acc)))
 		}
 		sp.stageIn(send[o:o+n], g, elem)
@@ -93,6 +101,10 @@ func (c *Comm) nodeAllreduceChunks(ctx context.Context, send, acc []byte, elem i
 	}
 	return true, nil
 }
+
+// noStage is the vector length a process publishes when it could not map
+// in its staging area.
+const noStage = ^uint64(0)
 
 // share is the part of an n-byte chunk that local process ix reduces:
 // whole elements, the shares differing by at most one.
@@ -154,7 +166,11 @@ func (s *shmProvider) stageOut(out []byte, g uint64, elem int) {
 // sameLength checks every process's vector length against n.
 func (s *shmProvider) sameLength(n int) error {
 	for ix := range s.Local() {
-		if l := atomic.LoadUint64(shmseg.Word(s.SegOf(ix), shmseg.WordChunkLen)); l != uint64(n) {
+		l := atomic.LoadUint64(shmseg.Word(s.SegOf(ix), shmseg.WordChunkLen))
+		if l == noStage {
+			return fmt.Errorf("fabric: allreduce: rank %d could not map in its staging area: %w", s.Local()[ix], shmseg.ErrNoSpace)
+		}
+		if l != uint64(n) {
 			return fmt.Errorf("%w: rank %d contributed %d bytes to an allreduce, this process %d", ErrMismatch, s.Local()[ix], l, n)
 		}
 	}

@@ -43,6 +43,14 @@ type provider interface {
 	close() error
 }
 
+// A sendFailer is a provider that can come to be unable to reach a live
+// peer (the shared-memory provider, when /dev/shm has no room for the
+// ring of a peer it first sends to): the sends queued for it then fail
+// with sendErr's error, instead of waiting for room that never comes.
+type sendFailer interface {
+	sendErr(peer int) error
+}
+
 // A directProvider can hand one peer's next frame straight to a blocking
 // receive (engine.recvDirect) and leaves that peer's frames to it in
 // poll while engine.direct names the peer.

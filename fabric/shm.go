@@ -17,14 +17,15 @@ import (
 // work on its segments too.
 type shmProvider struct{ *shm.Provider }
 
-// newShmSegment creates this process's segment: a ring of cells cells
-// for each of rings world ranks.
-func newShmSegment(prefix string, rank, rings, cells, pipeMax int) (*shmProvider, error) {
+// newShmSegment creates the segment of world rank rank of a universe of
+// universe processes: rings rings of cells cells, for the processes that
+// will send to it.
+func newShmSegment(prefix string, rank, universe, rings, cells, pipeMax int) (*shmProvider, error) {
 	var rnd [8]byte
 	if _, err := randRead(rnd[:]); err != nil {
 		return nil, err
 	}
-	p, err := shm.New(prefix, rank, rings, cells, rnd, pipeMax)
+	p, err := shm.New(prefix, rank, universe, rings, cells, rnd, pipeMax)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)
 	}
@@ -40,7 +41,8 @@ func (s *shmProvider) poll(e *engine, budget int) int { return s.Poll(e, budget)
 func (s *shmProvider) read(peer int, r *op, dst []byte, id, addr uint64, _ uint32) (bool, error) {
 	return s.Read(peer, r, dst, id, addr)
 }
-func (s *shmProvider) closed(peer int) bool { return s.Closed(peer) }
+func (s *shmProvider) closed(peer int) bool   { return s.Closed(peer) }
+func (s *shmProvider) sendErr(peer int) error { return s.SendErr(peer) }
 func (s *shmProvider) close() error         { return s.Close() }
 func (s *shmProvider) peerFailed(e *engine, peer int, cause error) {
 	s.PeerFailed(e, peer, cause)

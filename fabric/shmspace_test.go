@@ -9,21 +9,48 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 )
 
-func init() { progs.Add("hello", func(context.Context, *Endpoint) error { return nil }) }
+func init() {
+	progs.Add("hello", func(context.Context, *Endpoint) error { return nil })
+	progs.Add("everyone", progEveryone)
+}
+
+// progEveryone sends a message to every other rank, then receives one
+// from each: every process claims a ring in every other's segment.
+func progEveryone(ctx context.Context, ep *Endpoint) error {
+	w := ep.World()
+	n, me := w.Size(), w.Rank()
+	msg := make([]byte, 1024)
+	for k := 1; k < n; k++ {
+		if err := w.Send(ctx, msg, (me+k)%n, 0); err != nil {
+			return err
+		}
+	}
+	for k := 1; k < n; k++ {
+		if _, err := w.Recv(ctx, msg, (me-k+n)%n, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // smallShmEnv runs TestSmallShm's body: in a mount namespace whose
 // /dev/shm is a 64 MiB tmpfs, as Docker gives a container by default.
 const smallShmEnv = "FABRIC_TEST_SMALL_SHM"
 
-// TestSmallShm: a node whose /dev/shm cannot hold the job's shared
-// memory is a clear error at Init, at every rank, naming the size needed
-// and the size there — 16 ranks in Docker's default 64 MiB died of
-// SIGBUS, with thousands of lines of goroutine dumps — while 8 ranks,
-// which fit, run. And a segment the file system cannot give pages for is
-// an error where it is made (ErrNoSpace), not a SIGBUS at its first use.
+// TestSmallShm, in Docker's default /dev/shm of 64 MiB (16 ranks there
+// died of SIGBUS, with thousands of lines of goroutine dumps, while Open
+// MPI's ran): 32 ranks that all talk to each other run, since a process
+// maps in rings only for the peers that send to it. A /dev/shm too full
+// for the job to start is a clear error at Init, at every rank, naming
+// the size needed and the size there; one too full for the rings the job
+// comes to need fails the sends that need them with ENOSPC, not a SIGBUS;
+// and a segment the file system cannot give pages for is an error where
+// it is made (ErrNoSpace), not a SIGBUS at its first use.
 func TestSmallShm(t *testing.T) {
 	if os.Getenv(smallShmEnv) == "1" {
 		smallShm(t)
@@ -46,29 +73,55 @@ func TestSmallShm(t *testing.T) {
 }
 
 func smallShm(t *testing.T) {
-	out, errs, st := runJob(t, 16, "hello", false, "RIVET_PROVIDER=shm")
-	if st == 0 || strings.Contains(errs, "SIGBUS") || strings.Contains(errs, "unexpected fault address") {
-		t.Fatalf("16 ranks in 64 MiB: status %d\n%s\n%s", st, out, errs)
+	runOK(t, 32, "everyone", "RIVET_PROVIDER=shm")
+
+	crashed := func(errs string) bool {
+		return strings.Contains(errs, "SIGBUS") || strings.Contains(errs, "unexpected fault address")
 	}
-	for _, want := range []string{"/dev/shm has no room", "its 16 processes need 249.1 MiB", "/dev/shm has 64.0 MiB free of 64.0 MiB"} {
+	// leave fills /dev/shm until free bytes are left, and returns the
+	// filler's remover.
+	leave := func(free int64) func() {
+		var st unix.Statfs_t
+		if err := unix.Statfs("/dev/shm", &st); err != nil {
+			t.Fatal(err)
+		}
+		fill, err := os.CreateTemp("/dev/shm", "fill")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fill.Close()
+		if err := unix.Fallocate(int(fill.Fd()), 0, 0, int64(st.Bavail)*st.Bsize-free); err != nil {
+			os.Remove(fill.Name())
+			t.Fatal(err)
+		}
+		return func() { os.Remove(fill.Name()) }
+	}
+
+	// Room for less than the start (a header, join slots and a ring's
+	// first 16 KiB per process): a clear error at Init.
+	done := leave(256 << 10)
+	out, errs, st := runJob(t, 16, "hello", false, "RIVET_PROVIDER=shm")
+	done()
+	if st == 0 || crashed(errs) {
+		t.Fatalf("16 ranks in 256 KiB: status %d\n%s\n%s", st, out, errs)
+	}
+	for _, want := range []string{"/dev/shm has no room", "its 16 processes need 576 KiB to start (36 KiB each)", "/dev/shm has 256 KiB free of 64.0 MiB"} {
 		if !strings.Contains(errs, want) {
-			t.Fatalf("16 ranks in 64 MiB: no %q in\n%s", want, errs)
+			t.Fatalf("16 ranks in 256 KiB: no %q in\n%s", want, errs)
 		}
 	}
-	runOK(t, 8, "hello", "RIVET_PROVIDER=shm")
+
+	// Room to start, not for a ring to every peer: ENOSPC at a send.
+	done = leave(512 << 10)
+	out, errs, st = runJob(t, 8, "everyone", false, "RIVET_PROVIDER=shm")
+	done()
+	if st == 0 || crashed(errs) || !strings.Contains(errs, "no space left on device") {
+		t.Fatalf("8 ranks, each talking to all, in 512 KiB: status %d, want ENOSPC at a send\n%s\n%s", st, out, errs)
+	}
 
 	// The backstop: a segment in a full /dev/shm.
-	fill, err := os.CreateTemp("/dev/shm", "fill")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(fill.Name())
-	defer fill.Close()
-	for chunk := make([]byte, 64<<10); ; { // until /dev/shm is full
-		if _, err := fill.Write(chunk); err != nil {
-			break
-		}
-	}
+	done = leave(0)
+	defer done()
 	_, _, f, err := shmseg.Create("rivet-test", 0, 4, 4096, [8]byte{1})
 	if err == nil {
 		f.Close()

@@ -215,7 +215,7 @@ func (ep *Endpoint) reach(w int, r *record, here bool) error {
 	}
 	switch {
 	case here && ep.shm != nil && r.shm != "" && ep.opts.provider != "verbs":
-		if err := ep.shm.Add(ep.rank, w, r.shm, r.pid); err != nil {
+		if err := ep.shm.Add(w, r.shm, r.pid); err != nil {
 			if errors.Is(err, fs.ErrNotExist) || unix.Kill(r.pid, 0) == unix.ESRCH {
 				// Its descriptors are gone (it exited, or is a zombie)
 				// — the spawn returned at other members, and it

@@ -13,9 +13,7 @@
 # ITERS (default 200) timed barriers and allreduces after WARMUP (5);
 # SAMPLE seconds between memory samples (0.3). Output is one line per N
 # and side, a header first; `rivet plot` reads none of it: docs/results
-# keeps the table. Needs openmpi-bin and libopenmpi-dev; a /dev/shm large
-# enough for Rivet's segments at the largest N (they grow with N²: 16 GiB
-# at 256 today).
+# keeps the table. Needs openmpi-bin and libopenmpi-dev.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . lab/progress.sh

@@ -44,8 +44,14 @@ const (
 	frameData                       // size bytes of message id, from offset addr
 )
 
+// fragFor is the fragment payload for a ring of cells cells: Frag, or
+// less in a short ring, so that a fragment and an eager frame fit.
+func fragFor(cells int) int {
+	return min(Frag, cells*shmseg.CellSize/4-shmseg.CellHeader)
+}
+
 const (
-	Frag = 32 << 10 // pipeline fragment payload
+	Frag = 32 << 10 // the largest pipeline fragment payload
 	// DefaultPipeMax is the default pipeline limit, in bytes: larger messages
 	// are read with process_vm_readv. It is 0, the pipeline off, because
 	// on the machine it was measured on it won only while the two cores
@@ -161,8 +167,13 @@ func (s *Provider) pump() int {
 	for i := 0; i < len(s.streams); {
 		st := &s.streams[i]
 		o := s.out[st.peer]
+		if !o.joined && !s.join(o, st.peer) {
+			i++
+			continue
+		}
+		frag := fragFor(o.cells)
 		for st.off < len(st.buf) {
-			k := min(Frag, len(st.buf)-st.off)
+			k := min(frag, len(st.buf)-st.off)
 			if !o.room(shmseg.CellsFor(k)+shmseg.CellsFor(Eager), o.cells) {
 				break
 			}

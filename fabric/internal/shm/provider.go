@@ -1,13 +1,19 @@
 //go:build linux
 
-// Package shm is the fabric's shared-memory provider. Every process creates one segment, a file
-// in /dev/shm (mode 0600, a random part in its name), that holds a
-// single-producer single-consumer ring for each world rank: the ring that
-// world rank w writes and this process reads (mapped in for the processes
-// on the node only; Add maps a process that joins later). Peers learn the name through
-// the bootstrap, map it, and once everyone has mapped everything the
-// owner unlinks it, so a job that later crashes leaves nothing behind
-// (one that dies earlier is swept by the launcher and by the next job).
+// Package shm is the fabric's shared-memory provider. Every process
+// creates one segment, a file in /dev/shm (mode 0600, a random part in
+// its name), that holds single-producer single-consumer rings its peers
+// write and it reads: a peer claims one the first time it sends to the
+// process (shmseg.Join), and the process starts polling it when it sees
+// the claim. So memory and polling grow with the peers a process hears
+// from, not with the node. Peers learn the name through the bootstrap,
+// map it and count themselves in its header (Add maps a process that
+// joins later, through the owner's descriptor), and once the count says
+// every process of the job on the node has, the owner unlinks it, so a
+// job that later crashes leaves nothing behind (one that dies earlier is
+// swept by the launcher and by the next job). A process that finishes
+// before its peers have all mapped its segment leaves the name to them:
+// a peer that maps it then finds it closed, not gone.
 //
 // A ring is a head word the reader owns and 256-byte cells. A frame
 // starts on a cell with a sequence word and a header, its payload follows
@@ -34,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -65,16 +72,22 @@ type Engine interface {
 	ReadDone(req any, peer int, id uint64, err error)
 }
 
-// out is this process's side of the ring it writes in a peer's segment.
+// out is this process's side of a peer's segment: the ring it writes
+// there, once it has claimed one.
 type out struct {
 	ring       shmseg.Ring
 	cells      int    // the ring's length (its segment's)
 	tail       uint64 // next sequence to write; only we write the ring
 	cachedHead uint64 // the reader's head when last looked at
 	seg        []byte
+	rings      int    // the segment's
+	mapped     uint64 // the ring's cells mapped in, from its start
 	pid        int
+	joined     bool  // ring is ours
+	err        error // why no ring could be claimed: nothing more is sent
 }
 
+// in is a ring of this process's segment that a peer writes.
 type in struct {
 	ring  shmseg.Ring
 	head  uint64
@@ -88,18 +101,22 @@ type Provider struct {
 	path   string       // our segment, until unlinked
 	file   *os.File     // our segment, open until Close: a process that joins later opens it through /proc
 	seg    []byte       // our segment
-	rings  int          // its rings: one per world rank
+	rings  int          // its rings: one for each process the node may hold
 	cells  int          // its rings' length
+	me     int          // this process's world rank
 	local  []int        // the job's world ranks on this node, in rank order; local index = position
 	out    []*out       // by world rank; nil for processes on other nodes
 	outs   []*out       // by local index
-	in     []in         // by local index, without ourselves
+	in     []in         // the rings peers have claimed and named themselves in, in that order
+	seen   int          // the claims looked at
+	naming []int        // rings claimed whose writer has not named itself yet
 	next   int          // where the next poll starts, for fairness
 	h      wire.Header  // the frame being delivered: here, not on the stack,
 	pl     wire.Payload // since the Engine's methods might keep them
 	liov   [1]unix.Iovec
 	riov   [1]unix.RemoteIovec
 	selfIx int
+	staged bool // the staging area is mapped in
 
 	pipeMax int         // rendezvous messages up to this size go by pipeline
 	streams []stream    // pipelined sends in progress
@@ -109,17 +126,20 @@ type Provider struct {
 	readv   int         // messages received with process_vm_readv, likewise
 }
 
-// New creates this process's segment, with a ring of cells cells for
-// each of rings world ranks (see shmseg.Create), and the provider that
-// will use it; Connect then maps the peers', and Add those of processes
-// that join later. pipeMax is the largest rendezvous message that moves
-// by pipeline (0: none).
-func New(prefix string, rank, rings, cells int, rnd [8]byte, pipeMax int) (*Provider, error) {
+// New creates the segment of world rank rank of a universe of universe
+// processes, with rings rings of cells cells (see shmseg.Create), and the
+// provider that will use it; Connect then maps the peers', and Add those
+// of processes that join later. pipeMax is the largest rendezvous message
+// that moves by pipeline (0: none).
+func New(prefix string, rank, universe, rings, cells int, rnd [8]byte, pipeMax int) (*Provider, error) {
+	if rank < 0 || rank >= universe {
+		return nil, fmt.Errorf("fabric: shared memory: world rank %d of %d", rank, universe)
+	}
 	path, seg, f, err := shmseg.Create(prefix, rank, rings, cells, rnd)
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{path: path, file: f, seg: seg, rings: rings, cells: cells, pipeMax: pipeMax, out: make([]*out, rings)}, nil
+	return &Provider{path: path, file: f, seg: seg, rings: rings, cells: cells, me: rank, pipeMax: pipeMax, out: make([]*out, universe)}, nil
 }
 
 // FDPath names this process's segment for as long as the provider is
@@ -152,56 +172,137 @@ func (s *Provider) SegOf(ix int) []byte {
 	return s.outs[ix].seg
 }
 
+// Stage maps in this process's staging area, the first time it is called
+// (shmseg.PopulateStage); it fails while /dev/shm has no room for it.
+func (s *Provider) Stage() error {
+	if s.staged {
+		return nil
+	}
+	if err := shmseg.PopulateStage(s.seg, s.rings, s.cells); err != nil {
+		return err
+	}
+	s.staged = true
+	return nil
+}
+
 // Moved says how many rendezvous messages arrived by pipeline and how
 // many were read with process_vm_readv.
 func (s *Provider) Moved() (piped, readv int) { return s.piped, s.readv }
 
 // Connect maps the segments of the job's processes on this node. local
 // lists their world ranks in order; paths and pids are indexed like it.
-func (s *Provider) Connect(me int, local []int, paths []string, pids []int) error {
+func (s *Provider) Connect(local []int, paths []string, pids []int) error {
 	s.local = local
 	s.outs = make([]*out, len(local))
 	for ix, w := range local {
-		if w == me {
+		if w == s.me {
 			s.selfIx = ix
 			continue
 		}
-		o, err := s.add(me, w, paths[ix], pids[ix])
+		o, err := s.add(w, paths[ix], pids[ix])
 		if err != nil {
 			return err
 		}
+		atomic.AddUint64(shmseg.Word(o.seg, shmseg.WordMapped), 1)
 		s.outs[ix] = o
 	}
+	s.unlinkIfMapped()
 	return nil
+}
+
+// unlinkIfMapped unlinks this process's segment once every other process
+// of the job on this node has mapped it.
+func (s *Provider) unlinkIfMapped() {
+	if s.path != "" && atomic.LoadUint64(shmseg.Word(s.seg, shmseg.WordMapped)) >= uint64(len(s.local)-1) {
+		s.Unlink()
+	}
 }
 
 // Add maps the segment of world rank w, a process on this node that
 // joined after Connect (one a spawn made, or the one that spawned this
 // process), whose segment is at path (its FDPath).
-func (s *Provider) Add(me, w int, path string, pid int) error {
-	if w < 0 || w >= s.rings || w == me || s.out[w] != nil {
-		return fmt.Errorf("fabric: shared memory: world rank %d cannot join (%d rings)", w, s.rings)
+func (s *Provider) Add(w int, path string, pid int) error {
+	if w < 0 || w >= len(s.out) || w == s.me || s.out[w] != nil {
+		return fmt.Errorf("fabric: shared memory: world rank %d cannot join (a universe of %d)", w, len(s.out))
 	}
-	_, err := s.add(me, w, path, pid)
+	_, err := s.add(w, path, pid)
 	return err
 }
 
-func (s *Provider) add(me, w int, path string, pid int) (*out, error) {
-	seg, cells, err := shmseg.Open(path, s.rings, me)
+func (s *Provider) add(w int, path string, pid int) (*out, error) {
+	seg, rings, cells, err := shmseg.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: the shared memory of rank %d: %w", w, err)
 	}
-	if err := shmseg.PopulateRing(s.seg, w, s.cells); err != nil {
-		unix.Munmap(seg)
-		return nil, fmt.Errorf("fabric: the ring of rank %d in this process's shared memory: %w", w, err)
-	}
-	o := &out{ring: shmseg.RingAt(seg, me, cells), cells: cells, seg: seg, pid: pid}
+	o := &out{cells: cells, rings: rings, seg: seg, pid: pid}
 	s.out[w] = o
-	s.in = append(s.in, in{ring: shmseg.RingAt(s.seg, w, s.cells), world: w})
 	return o, nil
 }
 
-// Unlink removes our segment's name once every peer has mapped it.
+// join claims o's ring, the first time this process sends to world rank
+// peer, and reports whether it has one.
+func (s *Provider) join(o *out, peer int) bool {
+	if o.err != nil {
+		return false
+	}
+	r, err := shmseg.Join(o.seg, o.rings, o.cells, s.me)
+	if err != nil {
+		o.err = fmt.Errorf("fabric: shared memory to world rank %d: %w", peer, err)
+		return false
+	}
+	o.ring, o.joined, o.mapped = r, true, uint64(shmseg.JoinCells(o.cells))
+	return true
+}
+
+// grow maps in o's ring up to cell need (not included), on the frames'
+// first way round it, GrowCells at a time; like join, it reports whether
+// it could.
+func (s *Provider) grow(o *out, peer int, need uint64) bool {
+	to := min(max(need, o.mapped+shmseg.GrowCells), uint64(o.cells))
+	if err := o.ring.Populate(int(o.mapped), int(to)); err != nil {
+		o.err = fmt.Errorf("fabric: shared memory to world rank %d: %w", peer, err)
+		return false
+	}
+	o.mapped = to
+	return true
+}
+
+// SendErr is why nothing can be sent to world rank peer any more (a ring
+// in its segment could not be claimed: shmseg.ErrNoSpace when /dev/shm is
+// full), or nil.
+func (s *Provider) SendErr(peer int) error {
+	if uint(peer) >= uint(len(s.out)) || s.out[peer] == nil {
+		return nil
+	}
+	return s.out[peer].err
+}
+
+// admit starts polling the rings peers have claimed since it last looked.
+func (s *Provider) admit() {
+	for i := 0; i < len(s.naming); {
+		if s.name(s.naming[i]) {
+			s.naming = slices.Delete(s.naming, i, i+1)
+			continue
+		}
+		i++
+	}
+	for n := min(shmseg.Joined(s.seg), s.rings); s.seen < n; s.seen++ {
+		if !s.name(s.seen) {
+			s.naming = append(s.naming, s.seen)
+		}
+	}
+}
+
+// name polls ring ix from now on if its writer has named itself.
+func (s *Provider) name(ix int) bool {
+	w, ok := shmseg.Writer(s.seg, ix)
+	if ok {
+		s.in = append(s.in, in{ring: shmseg.RingAt(s.seg, s.rings, ix, s.cells), world: w})
+	}
+	return ok
+}
+
+// Unlink removes our segment's name.
 func (s *Provider) Unlink() {
 	if s.path != "" {
 		os.Remove(s.path)
@@ -214,12 +315,20 @@ func (s *Provider) Unlink() {
 // payload is the message the peer will read in place, not copied.
 func (s *Provider) Send(peer int, h *wire.Header, payload []byte) bool {
 	o := s.out[peer]
+	if !o.joined && !s.join(o, peer) {
+		return false
+	}
 	if frameLimit(h.Kind) == 0 {
 		payload = nil // a rendezvous peer reads the message in place
 	}
 	n := uint64(o.cells)
 	k := uint64(shmseg.CellsFor(len(payload)))
 	if !o.room(int(k), o.cells) {
+		return false
+	}
+	// Until the ring has been round once, the cells this frame takes and
+	// the one after it (the reader polls it next) may not be mapped in.
+	if o.mapped < n && o.tail+k+1 > o.mapped && !s.grow(o, peer, min(o.tail+k+1, n)) {
 		return false
 	}
 	c := o.ring.Cell(o.tail, o.cells)
@@ -272,6 +381,12 @@ func (s *Provider) Poll(e Engine, budget int) int {
 }
 
 func (s *Provider) pollRings(e Engine, budget int) int {
+	if len(s.naming) > 0 || shmseg.Joined(s.seg) > s.seen {
+		s.admit()
+	}
+	if s.path != "" {
+		s.unlinkIfMapped()
+	}
 	got := 0
 	n := len(s.in)
 	if n == 0 {
@@ -398,10 +513,14 @@ func (s *Provider) MarkClosed() {
 	}
 }
 
-// Close unlinks this process's segment if it still has a name and unmaps
-// every segment.
+// Close unmaps every segment. It unlinks this process's segment if every
+// peer of the job on the node has mapped it; otherwise the name stays for
+// the ones still to come, and the launcher or the next job removes it.
 func (s *Provider) Close() error {
-	s.Unlink()
+	if s.local == nil {
+		s.Unlink() // never connected: no peer will come
+	}
+	s.unlinkIfMapped()
 	for _, o := range s.out {
 		if o != nil {
 			unix.Munmap(o.seg)
@@ -411,7 +530,7 @@ func (s *Provider) Close() error {
 		s.file.Close()
 		s.file = nil
 	}
-	s.out, s.outs, s.in = nil, nil, nil
+	s.out, s.outs, s.in, s.naming = nil, nil, nil, nil
 	s.streams, s.reads = nil, nil
 	if s.seg != nil {
 		unix.Munmap(s.seg)

@@ -7,10 +7,15 @@
 // through them is package fabric's; this package only says where things
 // are, and creates, opens and sweeps segments.
 //
-// A segment holds one single-producer single-consumer ring per world
-// rank of the job's universe: the ring that world rank w writes and the
-// owner reads (only the node's are ever mapped in). A ring
-// is a head word the reader owns, then cells of CellSize bytes; a frame
+// A segment holds single-producer single-consumer rings, one for each
+// process of the node that has sent its owner something: a sender claims
+// the next free ring with an atomic increment of the header's join count
+// and names itself in the ring's join slot. So a process holds rings for
+// the peers it hears from, not for every process of the node, and a ring
+// is mapped in only when its sender claims it; the ring's length
+// shrinks as the node's processes grow in number (Cells), so that the
+// rings of a process never take more than RingBudget bytes. A ring is a
+// head word the reader owns, then cells of CellSize bytes; a frame
 // starts on a cell with a sequence word and a header (CellHeader bytes
 // together), and its payload follows contiguously.
 package shmseg
@@ -29,7 +34,7 @@ import (
 )
 
 // Magic is a segment's first word, stored last when it is created.
-const Magic = 0x52495645_54534d34 // "RIVETSM4"
+const Magic = 0x52495645_54534d35 // "RIVETSM5"
 
 const (
 	// HeaderSize is the header's length: three pages that hold the words
@@ -41,17 +46,26 @@ const (
 	// Chunk is a staging buffer of the chunked node allreduce; the
 	// staging area after the rings holds two.
 	Chunk = 256 << 10
+
+	// RingBudget bounds the rings of one process's segment: a ring is
+	// RingBudget/(processes of the node - 1) bytes, rounded down to a
+	// power of two, between MinRing and MaxRing.
+	RingBudget = 4 << 20
+	MinRing    = 32 << 10 // two cells more than a 16 KiB eager frame takes
+	MaxRing    = 1 << 20
 )
 
 // Header words (byte offsets).
 const (
 	WordMagic  = 0
-	WordRings  = 8   // rings: one per process of the job's universe, by world rank
+	WordRings  = 8   // how many rings the segment has
 	WordCells  = 16  // cells per ring
 	WordClosed = 64  // set to 1 by a clean Close
 	WordEpoch  = 128 // the last world barrier this process entered (its own line)
 	WordBeat   = 320 // the process's heartbeat count (its own line)
 	WordFenced = 384 // set by a peer that declared the process failed (its own line)
+	WordJoined = 448 // rings claimed by senders (its own line)
+	WordMapped = 456 // how many of the job's processes on the node have mapped the segment
 
 	// The chunked node allreduce's words. The length is read right after
 	// the chunk number on its line, so it shares it.
@@ -60,13 +74,15 @@ const (
 	WordChunkOut = 256 // the last chunk whose share this process reduced
 )
 
-// Cells is the ring length in cells for nlocal processes: 1 MiB per
-// ring, or 256 KiB when many processes share the node.
-func Cells(nlocal int) int {
-	if nlocal > 16 {
-		return 1024
+// Cells is the ring length in cells for a node that may hold nodeCap
+// processes: 1 MiB rings up to 5 processes, then halving as the count
+// doubles (256 KiB at 16), never below MinRing (from 129 on).
+func Cells(nodeCap int) int {
+	b := MaxRing
+	for b > MinRing && b*(nodeCap-1) > RingBudget {
+		b >>= 1
 	}
-	return 4096
+	return b / CellSize
 }
 
 // Size is the length of a segment of rings rings of cells cells each.
@@ -74,10 +90,20 @@ func Size(rings, cells int) int {
 	return StageOff(rings, cells) + 2*Chunk
 }
 
+// joinBytes is the length of the join slots of a segment of rings rings,
+// page-aligned so that the rings start on a page.
+func joinBytes(rings int) int {
+	page := os.Getpagesize()
+	return (4*rings + page - 1) / page * page
+}
+
+// ringsOff is where the rings start: after the header and the join slots.
+func ringsOff(rings int) int { return HeaderSize + joinBytes(rings) }
+
 // StageOff is where the chunked node allreduce's staging area starts,
 // after the rings.
 func StageOff(rings, cells int) int {
-	return HeaderSize + rings*(RingHeader+cells*CellSize)
+	return ringsOff(rings) + rings*(RingHeader+cells*CellSize)
 }
 
 // CellsFor is how many cells a frame with an n-byte payload takes.
@@ -89,68 +115,135 @@ type Ring struct {
 	Cells []byte
 }
 
+// Populate maps in the ring's cells from cell from to cell to (not
+// included), as populate does: a writer does before its frames reach
+// them, so that neither it nor the reader, who polls the cell after the
+// last frame, touches a page the file system might not give.
+func (r *Ring) Populate(from, to int) error {
+	return populateAt(uintptr(unsafe.Pointer(&r.Cells[0])), from*CellSize, to*CellSize)
+}
+
 // Cell is cell i (a sequence number, taken modulo the ring's n cells).
 func (r *Ring) Cell(i uint64, n int) []byte {
 	off := int(i%uint64(n)) * CellSize
 	return r.Cells[off : off+CellSize : off+CellSize]
 }
 
-// ringOff is where ring ix starts, for rings of cells cells; it ends
-// RingHeader+cells*CellSize bytes later.
-func ringOff(ix, cells int) int { return HeaderSize + ix*(RingHeader+cells*CellSize) }
+// ringOff is where ring ix of a segment of rings rings of cells cells
+// starts; it ends RingHeader+cells*CellSize bytes later.
+func ringOff(rings, ix, cells int) int { return ringsOff(rings) + ix*(RingHeader+cells*CellSize) }
 
-// PopulateRing maps in the pages of ring ix of seg: done for the rings a
-// process's peers write, before they do, so that no frame takes a page
-// fault; the rings of processes that never come (another node's, or a
-// spawn's that never happens) cost no memory. It fails, rather than let
-// a write fault later, when /dev/shm has no room for the pages.
-func PopulateRing(seg []byte, ix, cells int) error {
-	off := ringOff(ix, cells)
-	return populate(seg, off, off+RingHeader+cells*CellSize)
+// RingAt is ring ix of seg, whose rings rings have cells cells.
+func RingAt(seg []byte, rings, ix, cells int) Ring {
+	off := ringOff(rings, ix, cells)
+	return Ring{
+		Head:  (*atomic.Uint64)(unsafe.Pointer(&seg[off])),
+		Cells: seg[off+RingHeader : off+RingHeader+cells*CellSize],
+	}
 }
 
-// NodeBytes is what the segments of nlocal processes of a node take in
-// /dev/shm once each has mapped in what its peers write: its header and
-// staging area, and a ring for every other process of the node.
-func NodeBytes(nlocal, cells int) int64 {
+// slot is the join slot of ring ix: the world rank of its writer, plus one.
+func slot(seg []byte, ix int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&seg[HeaderSize+4*ix]))
+}
+
+// Join claims a ring of seg, a peer's segment of rings rings of cells
+// cells, for world rank world to write, and maps in its head and its
+// first JoinCells cells; the writer maps in the rest as its frames first
+// reach them (Ring.Populate). A ring is never
+// claimed twice, and a claim is never given back: a process joins each
+// peer once. It fails when every ring is taken (more processes came to
+// the node than its segments were made for) or when /dev/shm has no room
+// for the ring's pages (ErrNoSpace).
+func Join(seg []byte, rings, cells, world int) (Ring, error) {
+	ix := int(atomic.AddUint64(Word(seg, WordJoined), 1) - 1)
+	if ix >= rings {
+		return Ring{}, fmt.Errorf("all %d rings of the segment are taken", rings)
+	}
+	r := RingAt(seg, rings, ix, cells)
+	off := ringOff(rings, ix, cells)
+	if err := populate(seg, off, off+RingHeader+JoinCells(cells)*CellSize); err != nil {
+		return Ring{}, err
+	}
+	atomic.StoreUint32(slot(seg, ix), uint32(world)+1)
+	return r, nil
+}
+
+// GrowCells is how many cells a writer maps in at a time as its frames
+// first go round its ring: 16 KiB.
+const GrowCells = 64
+
+// JoinCells is how many of a ring's cells Join maps in.
+func JoinCells(cells int) int { return min(cells, GrowCells) }
+
+// Joined is how many rings of seg senders have claimed. A ring below it
+// whose Writer is not yet known is being joined, or its sender died
+// while joining.
+func Joined(seg []byte) int { return int(atomic.LoadUint64(Word(seg, WordJoined))) }
+
+// Writer is the world rank that writes ring ix of seg, once its Join has
+// mapped it in.
+func Writer(seg []byte, ix int) (world int, ok bool) {
+	v := atomic.LoadUint32(slot(seg, ix))
+	return int(v) - 1, v != 0
+}
+
+// PopulateStage maps in the staging area of seg, a segment of rings rings
+// of cells cells: done by its owner before its first chunked allreduce.
+func PopulateStage(seg []byte, rings, cells int) error {
+	return populate(seg, StageOff(rings, cells), Size(rings, cells))
+}
+
+// StartBytes is what the segment of one process of rings rings takes in
+// /dev/shm from the start: its header and join slots. Each peer it hears
+// from adds the start of a ring (JoinBytes), which grows with that
+// peer's traffic up to RingHeader+cells*CellSize bytes, and its first
+// large node allreduce adds the staging area (StageBytes).
+func StartBytes(rings int) int64 { return int64(HeaderSize + joinBytes(rings)) }
+
+// JoinBytes is the memory a ring of cells cells takes once claimed, in
+// whole pages.
+func JoinBytes(cells int) int64 {
 	page := int64(os.Getpagesize())
-	round := func(n int64) int64 { return (n + page - 1) / page * page }
-	one := round(HeaderSize) + round(2*Chunk) + int64(nlocal-1)*round(RingHeader+int64(cells)*CellSize)
-	return int64(nlocal) * one
+	return (int64(RingHeader+JoinCells(cells)*CellSize) + page - 1) / page * page
 }
+
+// StageBytes is the memory of a segment's staging area.
+const StageBytes = 2 * Chunk
 
 // ErrNoSpace says that /dev/shm cannot hold the node's segments; it
 // matches syscall.ENOSPC.
 var ErrNoSpace = fmt.Errorf("/dev/shm has no room for the node's shared memory: %w", unix.ENOSPC)
 
 // CheckSpace reports ErrNoSpace, naming the sizes, when /dev/shm has less
-// room than the segments of nlocal processes with rings of cells cells
-// need (NodeBytes): at start, so that a node too small for the job is an
-// error there rather than a SIGBUS at the first frame that reaches a page
-// the file system could not give.
-func CheckSpace(nlocal, cells int) error {
+// room than nlocal processes with segments of rings rings of cells cells
+// need to start and exchange a first message each: their headers and the
+// start of a ring apiece. At start, so that a node too small for the job
+// is an error there; the memory of later rings is mapped in by Join and
+// Ring.Populate, which fail the same way.
+func CheckSpace(nlocal, rings, cells int) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs("/dev/shm", &st); err != nil {
 		return nil // nothing to say: the segment's creation will tell
 	}
-	need := NodeBytes(nlocal, cells)
+	one := StartBytes(rings)
+	if nlocal > 1 {
+		one += JoinBytes(cells)
+	}
+	need := int64(nlocal) * one
 	free := int64(st.Bavail) * st.Bsize
 	if need <= free {
 		return nil
 	}
-	return fmt.Errorf("%w: its %d processes need %s (%s each), and /dev/shm has %s free of %s — give it more room (a container's --shm-size) or run fewer processes on the node",
-		ErrNoSpace, nlocal, mib(need), mib(need/int64(nlocal)), mib(free), mib(int64(st.Blocks)*st.Bsize))
+	return fmt.Errorf("%w: its %d processes need %s to start (%s each), and /dev/shm has %s free of %s — give it more room (a container's --shm-size) or run fewer processes on the node",
+		ErrNoSpace, nlocal, mib(need), mib(one), mib(free), mib(int64(st.Blocks)*st.Bsize))
 }
 
-func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
-
-// RingAt is ring ix of seg, whose rings have cells cells.
-func RingAt(seg []byte, ix, cells int) Ring {
-	off := ringOff(ix, cells)
-	return Ring{
-		Head:  (*atomic.Uint64)(unsafe.Pointer(&seg[off])),
-		Cells: seg[off+RingHeader : off+RingHeader+cells*CellSize],
+func mib(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%d KiB", n>>10)
 	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // Word is the 8-byte word at off in b, for atomic access.
@@ -159,13 +252,16 @@ func Word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off]))
 // nameRE finds the creator's pid in a segment's name.
 var nameRE = regexp.MustCompile(`-p([0-9]+)-[0-9a-f]+$`)
 
-// Create makes this process's segment of rings rings (one per process
-// of the universe, by world rank) of cells cells each, named for prefix,
-// rank, this process's pid and rnd, with mode 0600, and maps it. It
-// first sweeps the segments of dead processes. The file stays open (f):
-// a process that joins after the name is gone opens it through
-// /proc/<pid>/fd.
+// Create makes this process's segment of rings rings (one for each
+// other process the node may come to hold) of cells cells each, named for
+// prefix, rank, this process's pid and rnd, with mode 0600, and maps it,
+// with its header and join slots mapped in. It first sweeps the segments
+// of dead processes. The file stays open (f): a process that joins after
+// the name is gone opens it through /proc/<pid>/fd.
 func Create(prefix string, rank, rings, cells int, rnd [8]byte) (path string, seg []byte, f *os.File, err error) {
+	if rings < 1 || rings > 1<<20 || cells < 1 || cells > 1<<20 {
+		return "", nil, nil, fmt.Errorf("shared memory: a segment of %d rings of %d cells", rings, cells)
+	}
 	Sweep()
 	path = filepath.Join("/dev/shm", fmt.Sprintf("%s-r%d-p%d-%x", prefix, rank, os.Getpid(), rnd))
 	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -185,13 +281,9 @@ func Create(prefix string, rank, rings, cells int, rnd [8]byte) (path string, se
 	if err != nil {
 		return fail(fmt.Errorf("mapping %s: %w", path, os.NewSyscallError("mmap", err)))
 	}
-	perr := populate(seg, 0, HeaderSize)
-	if perr == nil {
-		perr = populate(seg, StageOff(rings, cells), len(seg))
-	}
-	if perr != nil {
+	if err := populate(seg, 0, ringsOff(rings)); err != nil {
 		unix.Munmap(seg)
-		return fail(fmt.Errorf("shared memory %s: %w", path, perr))
+		return fail(fmt.Errorf("shared memory %s: %w", path, err))
 	}
 	binary.LittleEndian.PutUint64(seg[WordRings:], uint64(rings))
 	binary.LittleEndian.PutUint64(seg[WordCells:], uint64(cells))
@@ -199,46 +291,43 @@ func Create(prefix string, rank, rings, cells int, rnd [8]byte) (path string, se
 	return path, seg, f, nil
 }
 
-// Open maps a peer's segment and checks that it is one of rings rings,
-// for the process of world rank ix, and returns it with its rings' length
-// in cells. Only the parts that process touches are mapped in at once —
-// the header, ring ix (the one it writes) and the staging area. The other
-// rings stay out of its page tables: every page mapped in is a page the
-// kernel unmaps when the process exits, and with each process mapping
-// every segment of the node a process killed on a busy node of eight took
-// 2.5 ms to be torn down, which is most of the time until its peers learn
-// of it (docs/ft.md).
-func Open(path string, rings, ix int) ([]byte, int, error) {
+// Open maps a peer's segment and returns it with its number of rings and
+// their length in cells. Only its header is mapped in at once; Join maps
+// in the ring this process comes to write. The rest stays out of its page
+// tables: every page mapped in is a page the kernel unmaps when the
+// process exits, and with each process mapping every segment of the node
+// a process killed on a busy node of eight took 2.5 ms to be torn down,
+// which is most of the time until its peers learn of it (docs/ft.md).
+func Open(path string) (seg []byte, rings, cells int, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	defer f.Close()
 	head, err := unix.Mmap(int(f.Fd()), 0, HeaderSize, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, 0, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
+		return nil, 0, 0, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
 	}
-	magic, n, cells := atomic.LoadUint64(Word(head, WordMagic)), binary.LittleEndian.Uint64(head[WordRings:]), int(binary.LittleEndian.Uint64(head[WordCells:]))
+	magic := atomic.LoadUint64(Word(head, WordMagic))
+	n, c := binary.LittleEndian.Uint64(head[WordRings:]), binary.LittleEndian.Uint64(head[WordCells:])
 	unix.Munmap(head)
-	if magic != Magic || n != uint64(rings) || cells < 1 || cells > 1<<20 || ix < 0 || ix >= rings {
-		return nil, 0, fmt.Errorf("not a segment of %d rings (it has %d of %d cells) for ring %d", rings, n, cells, ix)
+	if magic != Magic || n < 1 || n > 1<<20 || c < 1 || c > 1<<20 {
+		return nil, 0, 0, fmt.Errorf("not a segment (magic %#x, %d rings of %d cells)", magic, n, c)
 	}
-	seg, err := unix.Mmap(int(f.Fd()), 0, Size(rings, cells), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	rings, cells = int(n), int(c)
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Size < int64(Size(rings, cells)) {
+		return nil, 0, 0, fmt.Errorf("not a segment of %d rings of %d cells (%d bytes, %v)", rings, cells, st.Size, err)
+	}
+	seg, err = unix.Mmap(int(f.Fd()), 0, Size(rings, cells), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, 0, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
+		return nil, 0, 0, fmt.Errorf("mapping: %w", os.NewSyscallError("mmap", err))
 	}
-	err = populate(seg, 0, HeaderSize)
-	if err == nil {
-		err = PopulateRing(seg, ix, cells)
-	}
-	if err == nil {
-		err = populate(seg, StageOff(rings, cells), len(seg))
-	}
-	if err != nil {
+	if err := populate(seg, 0, HeaderSize); err != nil {
 		unix.Munmap(seg)
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	return seg, cells, nil
+	return seg, rings, cells, nil
 }
 
 // populate maps in the pages of seg[from:to], writable, so that the
@@ -247,17 +336,24 @@ func Open(path string, rings, ix int) ([]byte, int, error) {
 // ErrNoSpace where a write would have raised SIGBUS. Before Linux 5.14
 // (no MADV_POPULATE_WRITE) the pages are faulted in on first use instead.
 func populate(seg []byte, from, to int) error {
-	page := os.Getpagesize()
-	from &^= page - 1
-	to = min((to+page-1)&^(page-1), len(seg))
+	to = min(to, len(seg))
 	if from >= to {
 		return nil
 	}
-	switch err := unix.Madvise(seg[from:to], unix.MADV_POPULATE_WRITE); err {
-	case nil, unix.EINVAL:
+	return populateAt(uintptr(unsafe.Pointer(&seg[0])), from, to)
+}
+
+// populateAt is populate of the bytes from base+from to base+to, which
+// lie in a mapping of a segment, rounded out to whole pages.
+func populateAt(base uintptr, from, to int) error {
+	page := uintptr(os.Getpagesize())
+	lo := (base + uintptr(from)) &^ (page - 1)
+	hi := (base + uintptr(to) + page - 1) &^ (page - 1)
+	switch _, _, err := unix.Syscall(unix.SYS_MADVISE, lo, hi-lo, unix.MADV_POPULATE_WRITE); err {
+	case 0, unix.EINVAL:
 		return nil
 	case unix.EFAULT, unix.ENOMEM, unix.ENOSPC:
-		return fmt.Errorf("%w: %s of it could not be mapped in (%v)", ErrNoSpace, mib(int64(to-from)), err)
+		return fmt.Errorf("%w: %s of it could not be mapped in (%v)", ErrNoSpace, mib(int64(hi-lo)), err)
 	default:
 		return fmt.Errorf("madvise: %w", err)
 	}

@@ -14,10 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestCreateOpen: a created segment opens for the same number of rings
-// — by its path, or through /proc/<pid>/fd once the name is gone — with
-// its ring length, and is refused for another number or a ring past the
-// end; its rings and staging area lie inside it, apart.
+// TestCreateOpen: a created segment opens — by its path, or through
+// /proc/<pid>/fd once the name is gone — with its number of rings and
+// their length; something else does not; its rings and staging area lie
+// inside it, apart.
 func TestCreateOpen(t *testing.T) {
 	cells := Cells(3)
 	path, seg, f, err := Create("rivet-shmseg-test", 0, 3, cells, [8]byte{1})
@@ -30,23 +30,25 @@ func TestCreateOpen(t *testing.T) {
 	if len(seg) != Size(3, cells) {
 		t.Errorf("segment of %d bytes, want %d", len(seg), Size(3, cells))
 	}
-	peer, got, err := Open(path, 3, 1)
-	if err != nil || got != cells {
-		t.Fatalf("open: %d cells, %v", got, err)
+	peer, rings, got, err := Open(path)
+	if err != nil || rings != 3 || got != cells {
+		t.Fatalf("open: %d rings of %d cells, %v", rings, got, err)
 	}
 	unix.Munmap(peer)
 	os.Remove(path)
-	peer, _, err = Open("/proc/"+strconv.Itoa(os.Getpid())+"/fd/"+strconv.Itoa(int(f.Fd())), 3, 2)
+	peer, _, _, err = Open("/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(int(f.Fd())))
 	if err != nil {
 		t.Fatalf("open through /proc: %v", err)
 	}
 	unix.Munmap(peer)
-	for _, c := range []struct{ rings, ix int }{{4, 1}, {3, 3}, {3, -1}} {
-		if _, _, err := Open("/proc/"+strconv.Itoa(os.Getpid())+"/fd/"+strconv.Itoa(int(f.Fd())), c.rings, c.ix); err == nil || !strings.Contains(err.Error(), "not a segment of") {
-			t.Errorf("opened as %d rings for ring %d: %v", c.rings, c.ix, err)
-		}
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.WriteFile(other, make([]byte, HeaderSize), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	last := RingAt(seg, 2, cells)
+	if _, _, _, err := Open(other); err == nil || !strings.Contains(err.Error(), "not a segment") {
+		t.Errorf("opened a file of zeros: %v", err)
+	}
+	last := RingAt(seg, 3, 2, cells)
 	// The last ring's cells end where the staging area starts: cap runs
 	// from its first cell to the segment's end.
 	if tail := cap(last.Cells) - len(last.Cells); tail != Size(3, cells)-StageOff(3, cells) {
@@ -57,12 +59,33 @@ func TestCreateOpen(t *testing.T) {
 	}
 }
 
-// TestOpenMapsWhatItUses: a segment is mapped in only where it is used:
-// its owner's, the header, the staging area and the rings PopulateRing
-// names (those of peers that exist); a peer's, where the opening process
-// will touch it — the header, the ring it writes, the staging area — so
-// that its exit has fewer pages to unmap.
-func TestOpenMapsWhatItUses(t *testing.T) {
+// TestCells: rings are 1 MiB up to 5 processes, the rings of a process
+// never exceed RingBudget together unless they are as short as they get,
+// and a ring holds the largest eager frame (16 KiB of payload) with room
+// to spare.
+func TestCells(t *testing.T) {
+	for _, c := range []struct{ n, bytes int }{{1, 1 << 20}, {2, 1 << 20}, {5, 1 << 20}, {6, 512 << 10}, {17, 256 << 10}, {18, 128 << 10}, {128, MinRing}, {256, MinRing}} {
+		if got := Cells(c.n) * CellSize; got != c.bytes {
+			t.Errorf("Cells(%d): rings of %d bytes, want %d", c.n, got, c.bytes)
+		}
+	}
+	for n := 2; n <= 513; n++ {
+		b := Cells(n) * CellSize
+		if b > MinRing && b*(n-1) > RingBudget {
+			t.Errorf("%d processes: rings of %d bytes, %d together", n, b, b*(n-1))
+		}
+		if CellsFor(16<<10) >= Cells(n) {
+			t.Errorf("%d processes: a 16 KiB frame fills the ring", n)
+		}
+	}
+}
+
+// TestJoin: a segment is mapped in only where it is used. Its owner's:
+// the header and join slots from the start; a ring once a sender claims
+// it; the staging area once its owner stages. A peer's: the header, then
+// the ring it claims — so that its exit has fewer pages to unmap. Claims
+// come in order, name their writer, and end when the rings are taken.
+func TestJoin(t *testing.T) {
 	const n = 8
 	cells := Cells(n)
 	path, seg, f, err := Create("rivet-shmseg-test", 0, n, cells, [8]byte{2})
@@ -74,28 +97,70 @@ func TestOpenMapsWhatItUses(t *testing.T) {
 	defer unix.Munmap(seg)
 	page := os.Getpagesize()
 	pages := func(from, to int) int { return ((to+page-1)/page - from/page) * page }
-	ringAt := func(ix int) int { return HeaderSize + ix*(RingHeader+cells*CellSize) }
-	PopulateRing(seg, 5, cells)
-	if got, want := rss(t, seg), pages(0, HeaderSize)+pages(ringAt(5), ringAt(6))+pages(StageOff(n, cells), Size(n, cells)); got != want {
-		t.Errorf("own segment: %d bytes mapped in, want %d (header, ring 5, staging area)", got, want)
+	start := pages(0, int(StartBytes(n)))
+	if got := rss(t, seg); got != start {
+		t.Errorf("new segment: %d bytes mapped in, want %d (header, join slots)", got, start)
 	}
-	peer, _, err := Open(path, n, 3)
+	if StartBytes(n) != int64(ringsOff(n)) {
+		t.Errorf("StartBytes %d, rings start at %d", StartBytes(n), ringsOff(n))
+	}
+	peer, rings, _, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(peer)
-	ring := RingAt(peer, 3, cells)
-	from := ringAt(3)
-	want := pages(0, HeaderSize) + pages(from, from+RingHeader+len(ring.Cells)) + pages(StageOff(n, cells), Size(n, cells))
-	if got := rss(t, peer); got != want {
-		t.Errorf("peer's segment: %d bytes mapped in, want %d (header, ring 3, staging area)", got, want)
+	if got := rss(t, peer); got != pages(0, HeaderSize) {
+		t.Errorf("peer's mapping: %d bytes mapped in, want the header's %d", got, pages(0, HeaderSize))
 	}
-	// The pages mapped in are ring 3's: writing its first and last bytes
+	if Joined(seg) != 0 {
+		t.Fatalf("%d rings claimed in a new segment", Joined(seg))
+	}
+	ring, err := Join(peer, rings, cells, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := Writer(seg, 0); Joined(seg) != 1 || !ok || w != 5 {
+		t.Errorf("after world rank 5 joined: %d claimed, ring 0 written by %d (%v)", Joined(seg), w, ok)
+	}
+	from := ringOff(n, 0, cells)
+	end := from + RingHeader + len(ring.Cells)
+	want := pages(0, HeaderSize) + page + pages(from, from+RingHeader+JoinCells(cells)*CellSize)
+	if got := rss(t, peer); got != want {
+		t.Errorf("peer's mapping after its join: %d bytes mapped in, want %d (header, its join slot, ring 0's first cells)", got, want)
+	}
+	if err := ring.Populate(cells-1, cells); err != nil {
+		t.Fatal(err)
+	}
+	want += pages(end-CellSize, end)
+	// The pages mapped in are ring 0's: writing its first and last bytes
 	// maps in nothing more.
 	ring.Head.Store(7)
 	ring.Cells[len(ring.Cells)-1] = 1
 	if got := rss(t, peer); got != want {
-		t.Errorf("after writing ring 3: %d bytes mapped in, want still %d", got, want)
+		t.Errorf("after writing ring 0: %d bytes mapped in, want still %d", got, want)
+	}
+	if got := RingAt(seg, n, 0, cells); got.Head.Load() != 7 || got.Cells[len(got.Cells)-1] != 1 {
+		t.Error("the owner does not see what the peer wrote in ring 0")
+	}
+	if err := PopulateStage(seg, n, cells); err != nil {
+		t.Fatal(err)
+	}
+	// The owner has read the ring's first and last pages (and the kernel
+	// may have mapped in more of the ring's around them); nothing of
+	// the rings no one claimed.
+	if got, lo, hi := rss(t, seg), start+2*page+StageBytes, start+pages(from, end)+StageBytes; got < lo || got > hi {
+		t.Errorf("own segment after a join and staging: %d bytes mapped in, want %d to %d", got, lo, hi)
+	}
+	for w := 1; w < n; w++ {
+		if _, err := Join(peer, rings, cells, w); err != nil {
+			t.Fatalf("join %d: %v", w, err)
+		}
+	}
+	if _, err := Join(peer, rings, cells, 9); err == nil || !strings.Contains(err.Error(), "rings of the segment are taken") {
+		t.Errorf("a join past the last ring: %v", err)
+	}
+	if w, _ := Writer(seg, n-1); w != n-1 {
+		t.Errorf("ring %d written by %d, want %d", n-1, w, n-1)
 	}
 }
 
