@@ -43,7 +43,7 @@ func (s *shmProvider) read(peer int, r *op, dst []byte, id, addr uint64, _ uint3
 }
 func (s *shmProvider) closed(peer int) bool   { return s.Closed(peer) }
 func (s *shmProvider) sendErr(peer int) error { return s.SendErr(peer) }
-func (s *shmProvider) close() error         { return s.Close() }
+func (s *shmProvider) close() error           { return s.Close() }
 func (s *shmProvider) peerFailed(e *engine, peer int, cause error) {
 	s.PeerFailed(e, peer, cause)
 }
