@@ -385,34 +385,28 @@ func (c *Comm) agreeID(ctx context.Context, members []int, tag int) (uint32, uin
 	c.ep.idMu.Lock()
 	mask := c.ep.ids
 	c.ep.idMu.Unlock()
+	// The ids free at every member (the masks ANDed) and the newest
+	// generation any member has seen (their maximum).
 	buf := make([]byte, len(mask)*8+8)
 	for i, w := range mask {
 		binary.LittleEndian.PutUint64(buf[i*8:], w)
 	}
 	binary.LittleEndian.PutUint64(buf[len(mask)*8:], c.ep.lastGen)
-	all, err := c.allgatherInternal(ctx, members, tag, buf)
+	err := c.treeAllreduce(ctx, members, tag, buf, func(acc, in []byte) {
+		for i := 0; i < len(mask)*8; i += 8 {
+			binary.LittleEndian.PutUint64(acc[i:], binary.LittleEndian.Uint64(acc[i:])&binary.LittleEndian.Uint64(in[i:]))
+		}
+		g := len(mask) * 8
+		binary.LittleEndian.PutUint64(acc[g:], max(binary.LittleEndian.Uint64(acc[g:]), binary.LittleEndian.Uint64(in[g:])))
+	})
 	if err != nil {
 		return 0, 0, err
 	}
-	gen := uint64(0)
-	for _, b := range all {
-		if b != nil {
-			gen = max(gen, binary.LittleEndian.Uint64(b[len(mask)*8:]))
-		}
-	}
-	gen++
+	gen := binary.LittleEndian.Uint64(buf[len(mask)*8:]) + 1
 	c.ep.lastGen = gen
 	var and idMask
 	for i := range and {
-		and[i] = ^uint64(0)
-	}
-	for _, b := range all {
-		if b == nil {
-			continue
-		}
-		for i := range and {
-			and[i] &= binary.LittleEndian.Uint64(b[i*8:])
-		}
+		and[i] = binary.LittleEndian.Uint64(buf[i*8:])
 	}
 	id, ok := and.lowest()
 	if !ok {
@@ -424,23 +418,3 @@ func (c *Comm) agreeID(ctx context.Context, members []int, tag int) (uint32, uin
 	return id, gen, nil
 }
 
-// allgatherInternal exchanges one value among the members (ranks in c)
-// on c's internal context; the result is indexed by rank in c, nil for
-// non-members. Every member sends to every other: communicator creation
-// is rare, and this needs nothing but point-to-point.
-func (c *Comm) allgatherInternal(ctx context.Context, members []int, tag int, mine []byte) ([][]byte, error) {
-	out := make([][]byte, c.Size())
-	out[c.rank] = mine
-	var reqs []Request
-	for _, m := range members {
-		if m == c.rank {
-			continue
-		}
-		out[m] = make([]byte, len(mine))
-		reqs = append(reqs, c.irecv(out[m], m, tag, c.ctxMgmt()), c.isend(mine, m, tag, c.ctxMgmt()))
-	}
-	if err := WaitAll(ctx, reqs, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
-}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,7 +76,9 @@ type Endpoint struct {
 // Init joins the job this process was started in (see bootstrap.Detect)
 // and connects to its peers: shared memory to every process on this node,
 // verbs (RDMA) to the others (see WithProvider). It is collective: every
-// process of the job calls it.
+// process of the job calls it. Before it returns it runs the garbage
+// collector once and gives the memory its exchanges used back to the OS
+// (runtime/debug.FreeOSMemory): they grow with the job's size.
 func Init(ctx context.Context, opts ...Option) (*Endpoint, error) {
 	b, err := bootstrap.Detect(ctx)
 	if err != nil {
@@ -146,6 +149,12 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 			return nil, err
 		}
 	}
+	// What Init exchanged with the launcher and the node's processes
+	// grows with their number and is garbage now. Left to the collector,
+	// which starts only once the heap reaches 4 MiB, it stayed in every
+	// rank that allocates little afterwards: a rank of 256 on one node
+	// held 4.3 MiB, 2.6 MiB with this (one collection, at start).
+	debug.FreeOSMemory()
 	return ep, nil
 }
 

@@ -10,8 +10,9 @@
 #
 #   bash lab/scale.sh [N …]          # default 8 16 32 64 128 256
 #
-# ITERS (default 200) timed barriers and allreduces after WARMUP (5);
-# SAMPLE seconds between memory samples (0.3). Output is one line per N
+# SIDES (default "rivet ompi") says which to run; ITERS (default 200)
+# timed barriers and allreduces after WARMUP (5); SAMPLE seconds between
+# memory samples (0.3). Output is one line per N
 # and side, a header first; `rivet plot` reads none of it: docs/results
 # keeps the table. Needs openmpi-bin and libopenmpi-dev.
 set -euo pipefail
@@ -23,8 +24,8 @@ iters=${ITERS:-200} warm=${WARMUP:-5} sample=${SAMPLE:-0.3}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-go build -o "$out/rivet" ./cmd/rivet
-go build -o "$out/rivetrun" ./cmd/rivetrun
+CGO_ENABLED=0 go build -o "$out/rivet" ./cmd/rivet
+CGO_ENABLED=0 go build -o "$out/rivetrun" ./cmd/rivetrun
 mpicc.openmpi -O2 -o "$out/osu" bench/osu/testdata/osu.c
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
 
@@ -64,7 +65,7 @@ initavg() { sed -n 's/.*avg: \([0-9]*\) ms.*/\1/p' "$out/job"; }
 printf "%-6s %-8s %12s %12s %10s %14s %14s\n" "procs" "side" "shm_MiB" "pss_MiB" "init_ms" "barrier_us" "allreduce_us"
 for n in "${counts[@]}"; do
 	progress "scale: $n processes"
-	for side in rivet ompi; do
+	for side in ${SIDES:-rivet ompi}; do
 		if [ $side = rivet ]; then
 			run() { "$out/rivetrun" -n "$n" -bind-to none "$out/rivet" bench "$@"; }
 			tests=(osu_barrier osu_init osu_allreduce) ranks="^$out/rivet bench"

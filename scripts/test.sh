@@ -70,6 +70,10 @@ echo "== host tests (-race)"
 # The tests that boot clusters take turns (testutil.RequireCluster), so a
 # package may wait for another's: 20 minutes, not go test's 10.
 RIVET_REQUIRE_VM=1 RIVET_REQUIRE_TOOLS=1 go test -race -count=1 -timeout 20m ./...
+# TestHostNode256 runs 256 processes, too many for the race detector's
+# memory (it skips under -race): here, on its own.
+echo "== a node of 256 processes"
+go test -count=1 -run '^TestHostNode256$' -v ./cmd/rivet 2>&1 | grep -E '^(---|\s+---|ok|FAIL|PASS)|node_test'
 t1=$SECONDS
 
 echo "== fuzzing the wire decoders, ${RIVET_FUZZTIME:-300000x} each"
