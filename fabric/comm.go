@@ -417,4 +417,3 @@ func (c *Comm) agreeID(ctx context.Context, members []int, tag int) (uint32, uin
 	c.ep.idMu.Unlock()
 	return id, gen, nil
 }
-
