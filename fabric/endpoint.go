@@ -5,9 +5,11 @@ package fabric
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -16,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -194,6 +197,18 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if err := b.Put(ctx, "node", []byte(mine+"|"+strconv.Itoa(os.Getpid()))); err != nil {
 		return err
 	}
+	if ep.rank == first {
+		// The random part of the job's segment names: the others are
+		// named from it and their pids, learnt with the "node" keys,
+		// so no process reads a key per peer for them.
+		var key [8]byte
+		if _, err := randRead(key[:]); err != nil {
+			return err
+		}
+		if err := b.Put(ctx, "shmkey", fmt.Appendf(nil, "%x", key)); err != nil {
+			return err
+		}
+	}
 	if err := b.Fence(ctx); err != nil {
 		return err
 	}
@@ -286,19 +301,30 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		if err := shmseg.CheckSpace(len(ep.local), nodeCap, cells); err != nil {
 			return fmt.Errorf("fabric: %w", err)
 		}
-		sp, err := newShmSegment(segmentPrefix(b), ep.rank, ep.size, nodeCap, cells, ep.opts.shmPipe)
+		v, err := b.Get(ctx, first, "shmkey")
+		if err != nil {
+			return err
+		}
+		var key [8]byte
+		if n, err := hex.Decode(key[:], v); err != nil || n != len(key) {
+			return fmt.Errorf("fabric: rank %d published a bad shmkey %q", first, v)
+		}
+		sp, err := newShmSegment(segmentPrefix(b), ep.rank, ep.size, nodeCap, cells, ep.opts.shmPipe, key)
 		if err != nil {
 			return err
 		}
 		ep.shm = sp
-		if err := b.Put(ctx, "shm", []byte(sp.Path())); err != nil {
-			return err
-		}
 	}
 	if err := ep.startHeartbeat(); err != nil {
 		return err
 	}
-	if len(ep.node) > 1 {
+	// Where this process's heartbeat thread is: in its segment's header
+	// for the node's processes that map it, as a key for the others.
+	if ep.shm != nil {
+		id := ep.ownBeatID()
+		ep.shm.Publish(shmseg.WordBeatID, uint64(id.tid))
+		ep.shm.Publish(shmseg.WordBeatID+8, id.ns)
+	} else if len(ep.node) > 1 {
 		if err := b.Put(ctx, "beat", ep.beatID()); err != nil {
 			return err
 		}
@@ -306,20 +332,15 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if err := b.Fence(ctx); err != nil {
 		return err
 	}
-	if err := ep.learnBeatIDs(ctx, pids); err != nil {
-		return err
-	}
 	if ep.shm != nil {
 		paths := make([]string, len(ep.local))
 		for i, r := range ep.local {
-			if r == ep.rank {
-				continue
+			paths[i] = shmseg.Path(segmentPrefix(b), r, pids[i], ep.shm.Key())
+			if r != ep.rank {
+				if err := awaitSegment(ctx, r, paths[i], pids[i]); err != nil {
+					return err
+				}
 			}
-			v, err := b.Get(ctx, r, "shm")
-			if err != nil {
-				return err
-			}
-			paths[i] = string(v)
 		}
 		if err := ep.shm.Connect(ep.local, paths, pids); err != nil {
 			return err
@@ -333,6 +354,9 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			}
 		}
 		ep.e.provs = append(ep.e.provs, ep.shm)
+	}
+	if err := ep.learnBeatIDs(ctx, pids); err != nil {
+		return err
 	}
 	if err := ep.connectVerbs(ctx, remote); err != nil {
 		return err
@@ -361,6 +385,29 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// awaitSegment waits until world rank r, process pid, has made its
+// segment at path: a fence does not say it has (Hydra's PMI-2 fence does
+// not wait for the other processes), and its name is not read from a key
+// that would. It fails at once if the process is gone.
+func awaitSegment(ctx context.Context, r int, path string, pid int) error {
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		_, err := os.Stat(path)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("fabric: the shared memory of rank %d: %w", r, err)
+		case unix.Kill(pid, 0) == unix.ESRCH:
+			return fmt.Errorf("fabric: rank %d (pid %d) is gone before it made its shared memory", r, pid)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fabric: waiting for the shared memory of rank %d: %w", r, context.Cause(ctx))
+		case <-time.After(wait):
+		}
+	}
 }
 
 // connectVerbs learns the verbs addresses of the peers in remote; the

@@ -162,7 +162,7 @@ func TestStaleSegmentSweep(t *testing.T) {
 		}
 		defer os.Remove(p)
 	}
-	s, err := newShmSegment("rivet-test", 0, 2, 2, 64, 0)
+	s, err := newShmSegment("rivet-test", 0, 2, 2, 64, 0, [8]byte{0xff})
 	if err != nil {
 		t.Fatal(err)
 	}

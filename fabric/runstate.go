@@ -14,9 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 	"github.com/rivet-hpc/rivet/internal/heartbeat"
 )
 
@@ -137,15 +139,20 @@ func pidNamespace() uint64 {
 	return st.Ino
 }
 
-// beatID is this process's "beat" key: its pid, its heartbeat thread's
-// id and its pid namespace ("0 0 0" without a heartbeat thread).
-func (ep *Endpoint) beatID() []byte {
-	id := beatID{}
+// ownBeatID is where this process's heartbeat thread is: its pid, the
+// thread's id and its pid namespace (all 0 without a thread of its own).
+func (ep *Endpoint) ownBeatID() beatID {
 	if ep.beat != nil && heartbeat.Independent {
 		if tid := ep.beat.Thread(); tid != 0 {
-			id = beatID{os.Getpid(), tid, pidNamespace()}
+			return beatID{os.Getpid(), tid, pidNamespace()}
 		}
 	}
+	return beatID{}
+}
+
+// beatID is this process's "beat" key: ownBeatID as "pid tid ns".
+func (ep *Endpoint) beatID() []byte {
+	id := ep.ownBeatID()
 	return fmt.Appendf(nil, "%d %d %d", id.pid, id.tid, id.ns)
 }
 
@@ -164,8 +171,10 @@ func (ep *Endpoint) addBeatID(w, pid int, key string) {
 	ep.beatIDs.Store(&ids)
 }
 
-// learnBeatIDs reads the "beat" keys of the other processes on this node,
-// whose pids (by ep.node's order) the "node" keys gave.
+// learnBeatIDs learns where the heartbeat threads of the other processes
+// on this node are, whose pids (by ep.node's order) the "node" keys gave:
+// from their segments' headers, or their "beat" keys where this process
+// maps no segment of theirs.
 func (ep *Endpoint) learnBeatIDs(ctx context.Context, pids []int) error {
 	if len(ep.node) < 2 || ep.beat == nil {
 		return nil
@@ -176,13 +185,19 @@ func (ep *Endpoint) learnBeatIDs(ctx context.Context, pids []int) error {
 		if w == ep.rank {
 			continue
 		}
-		v, err := ep.boot.Get(ctx, w, "beat")
-		if err != nil {
-			return err
-		}
 		var id beatID
-		if _, err := fmt.Sscanf(string(v), "%d %d %d", &id.pid, &id.tid, &id.ns); err != nil || id.pid != 0 && id.pid != pids[i] {
-			return fmt.Errorf("fabric: rank %d published a bad beat key %q", w, v)
+		if ep.shm != nil && ep.shm.PeerWord(w, shmseg.WordBeatID) != nil {
+			if tid := atomic.LoadUint64(ep.shm.PeerWord(w, shmseg.WordBeatID)); tid != 0 {
+				id = beatID{pids[i], int(tid), atomic.LoadUint64(ep.shm.PeerWord(w, shmseg.WordBeatID+8))}
+			}
+		} else {
+			v, err := ep.boot.Get(ctx, w, "beat")
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Sscanf(string(v), "%d %d %d", &id.pid, &id.tid, &id.ns); err != nil || id.pid != 0 && id.pid != pids[i] {
+				return fmt.Errorf("fabric: rank %d published a bad beat key %q", w, v)
+			}
 		}
 		if id.tid != 0 && id.ns != 0 {
 			ids[w] = id

@@ -19,13 +19,9 @@ type shmProvider struct{ *shm.Provider }
 
 // newShmSegment creates the segment of world rank rank of a universe of
 // universe processes: rings rings of cells cells, for the processes that
-// will send to it.
-func newShmSegment(prefix string, rank, universe, rings, cells, pipeMax int) (*shmProvider, error) {
-	var rnd [8]byte
-	if _, err := randRead(rnd[:]); err != nil {
-		return nil, err
-	}
-	p, err := shm.New(prefix, rank, universe, rings, cells, rnd, pipeMax)
+// will send to it, named for prefix and key (shmseg.Path).
+func newShmSegment(prefix string, rank, universe, rings, cells, pipeMax int, key [8]byte) (*shmProvider, error) {
+	p, err := shm.New(prefix, rank, universe, rings, cells, key, pipeMax)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)
 	}

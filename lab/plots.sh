@@ -75,6 +75,8 @@ if [ "${1:-}" = measure ]; then
 	bin/rivetrun -n 4 -bind-to none bin/rivet bench osu_allreduce 2>/dev/null >$res/shm-osu_allreduce-4.rivet.txt
 	mpirun.openmpi -n 4 --oversubscribe --bind-to none "$w/osu" allreduce 2>/dev/null >$res/shm-osu_allreduce-4.ompi.txt
 	progress_done
+	rm -f $res/node-pss.*.txt
+	RESULTS=$res bash lab/scale.sh >/dev/null # 8 to 256 processes, some 15 minutes
 	bin/rxevm -q -topology rxe -timeout 30m bash lab/plots.sh --in-vm |
 		awk -v d=$res '/^=== FILE / {f = d "/" $3; next} f {print > f}'
 fi
@@ -90,6 +92,7 @@ draw() { # draw NAME TITLE LABELS [rivet plot flags...]: NAME's two result files
 draw shm-osu_latency "osu_latency, shared memory, 2 ranks" "Rivet,$ompi"
 draw shm-osu_bw "osu_bw, shared memory, 2 ranks" "Rivet,$ompi"
 draw shm-osu_allreduce-4 "osu_allreduce, shared memory, 4 ranks on 2 CPUs" "Rivet,$ompi"
+draw node-pss "A node of N processes (2 CPUs): the ranks' summed PSS" "Rivet,$ompi"
 draw rxe-write_lat "RDMA write latency, soft-RoCE (TCG VM)" "rivet perf,perftest" -y t_typical
 draw rxe-write_bw "RDMA write bandwidth, soft-RoCE (TCG VM)" "rivet perf,perftest" -y "BW average"
 ls -la $img

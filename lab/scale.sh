@@ -12,15 +12,17 @@
 #
 # SIDES (default "rivet ompi") says which to run; ITERS (default 200)
 # timed barriers and allreduces after WARMUP (5); SAMPLE seconds between
-# memory samples (0.3). Output is one line per N
-# and side, a header first; `rivet plot` reads none of it: docs/results
-# keeps the table. Needs openmpi-bin and libopenmpi-dev.
+# memory samples (0.3), taken during a barrier job of HOLD seconds (4).
+# Output is one line per N and side, a header first. With RESULTS=DIR
+# it also appends each side's summed PSS to DIR/node-pss.SIDE.txt, a
+# table `rivet plot` draws (lab/plots.sh: docs/results). Needs
+# openmpi-bin and libopenmpi-dev.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . lab/progress.sh
 counts=("$@")
 ((${#counts[@]})) || counts=(8 16 32 64 128 256)
-iters=${ITERS:-200} warm=${WARMUP:-5} sample=${SAMPLE:-0.3}
+iters=${ITERS:-200} warm=${WARMUP:-5} sample=${SAMPLE:-0.3} hold=${HOLD:-4}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -73,14 +75,22 @@ for n in "${counts[@]}"; do
 			run() { mpirun.openmpi -n "$n" --oversubscribe --bind-to none "$out/osu" "$@"; }
 			tests=(barrier init allreduce) ranks="^$out/osu barrier"
 		fi
-		watch "$ranks" run "${tests[0]}" -i "$iters" -x "$warm"
+		run "${tests[0]}" -i "$iters" -x "$warm" >"$out/job" 2>/dev/null
 		barrier=$(lat)
+		# The memory is that of a barrier job long enough (HOLD seconds)
+		# for the samples to see every rank alive at once.
+		watch "$ranks" run "${tests[0]}" -i "$(awk -v l="$barrier" -v i="$iters" -v h="$hold" 'BEGIN {n = int(h * 1e6 / l); print (n > i ? n : i)}')" -x "$warm"
 		run "${tests[1]}" >"$out/job" 2>/dev/null
 		init=$(initavg)
 		run "${tests[2]}" -m 8:8 -i "$iters" -x "$warm" >"$out/job" 2>/dev/null
 		allreduce=$(lat)
 		read -r shm p <"$out/peaks"
 		printf "%-6d %-8s %12d %12d %10s %14s %14s\n" "$n" "$side" "$shm" "$p" "$init" "$barrier" "$allreduce"
+		if [ -n "${RESULTS:-}" ]; then
+			[ -s "$RESULTS/node-pss.$side.txt" ] ||
+				printf '# A node of N processes: the ranks'"'"' summed PSS\n# Processes     PSS (MiB)\n' >"$RESULTS/node-pss.$side.txt"
+			printf "%-15d %d\n" "$n" "$p" >>"$RESULTS/node-pss.$side.txt"
+		fi
 	done
 done
 progress_done

@@ -78,7 +78,7 @@ func Draw(w io.Writer, series []Series, o Options) error {
 
 	top := plot.New()
 	top.Title.Text = title
-	top.X.Label.Text = "Size (bytes)"
+	top.X.Label.Text = keyLabel(series[0].Table)
 	top.Y.Label.Text = col(series[0]).String()
 	logY := !o.Linear
 	for _, s := range series {
@@ -162,7 +162,7 @@ func ratioPlot(a, b Series) (*plot.Plot, error) {
 		return nil, fmt.Errorf("%w: %s and %s have no size in common to compare", ErrChart, a.Label, b.Label)
 	}
 	p := plot.New()
-	p.X.Label.Text = "Size (bytes)"
+	p.X.Label.Text = keyLabel(a.Table)
 	p.Title.Text = a.Label + " / " + b.Label
 	p.Y.Label.Text = "ratio"
 	sizeAxis(p)
@@ -181,6 +181,22 @@ func ratioPlot(a, b Series) (*plot.Plot, error) {
 	line.Color, points.Color = color.Black, color.Black
 	p.Add(plotter.NewGrid(), one, line, points)
 	return p, nil
+}
+
+// keyLabel names the axis of t's sizes: its key column's header, or
+// bytes for a message size (OSU's "Size" and perftest's "#bytes").
+func keyLabel(t results.Table) string {
+	if len(t.Columns) == 0 {
+		return "Size (bytes)"
+	}
+	switch c := t.Columns[0]; {
+	case c.Unit != "" && c.Unit != c.Name:
+		return c.String()
+	case strings.EqualFold(c.Name, "size"), strings.Contains(c.Name, "bytes"):
+		return "Size (bytes)"
+	default:
+		return c.Name
+	}
 }
 
 // sizeAxis makes p's X a log-2 size axis, its ticks at powers of two

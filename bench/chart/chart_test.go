@@ -128,6 +128,24 @@ func TestSVG(t *testing.T) {
 	}
 }
 
+// TestKeyAxis: a table keyed by something other than a message size —
+// lab/scale.sh's memory against the number of processes — has its axis
+// named for its key column.
+func TestKeyAxis(t *testing.T) {
+	tables, err := results.Parse(strings.NewReader("# node memory\n# Processes   PSS (MiB)\n8 24\n64 190\n256 850\n"), "scale")
+	if err != nil || len(tables) != 1 {
+		t.Fatalf("%d tables, %v", len(tables), err)
+	}
+	var out bytes.Buffer
+	if err := Draw(&out, []Series{{Label: "Rivet", Table: tables[0]}, {Label: "same", Table: tables[0]}}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	texts, _ := svgParts(t, out.Bytes())
+	if all := strings.Join(texts, "|"); strings.Count(all, "Processes") != 2 || strings.Contains(all, "bytes") || !strings.Contains(all, "PSS (MiB)") {
+		t.Errorf("texts %q, want two axes of Processes and one of PSS (MiB)", texts)
+	}
+}
+
 // TestPNG: a PNG of the width and height asked for (a third more with a
 // ratio panel).
 func TestPNG(t *testing.T) {

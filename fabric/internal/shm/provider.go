@@ -104,6 +104,7 @@ type Provider struct {
 	rings  int          // its rings: one for each process the node may hold
 	cells  int          // its rings' length
 	me     int          // this process's world rank
+	key    [8]byte      // the random part of the job's segment names
 	local  []int        // the job's world ranks on this node, in rank order; local index = position
 	out    []*out       // by world rank; nil for processes on other nodes
 	outs   []*out       // by local index
@@ -127,20 +128,23 @@ type Provider struct {
 }
 
 // New creates the segment of world rank rank of a universe of universe
-// processes, with rings rings of cells cells (see shmseg.Create), and the
-// provider that will use it; Connect then maps the peers', and Add those
-// of processes that join later. pipeMax is the largest rendezvous message
-// that moves by pipeline (0: none).
-func New(prefix string, rank, universe, rings, cells int, rnd [8]byte, pipeMax int) (*Provider, error) {
+// processes, with rings rings of cells cells, named for prefix and key
+// (see shmseg.Create), and the provider that will use it; Connect then
+// maps the peers', and Add those of processes that join later. pipeMax is
+// the largest rendezvous message that moves by pipeline (0: none).
+func New(prefix string, rank, universe, rings, cells int, key [8]byte, pipeMax int) (*Provider, error) {
 	if rank < 0 || rank >= universe {
 		return nil, fmt.Errorf("fabric: shared memory: world rank %d of %d", rank, universe)
 	}
-	path, seg, f, err := shmseg.Create(prefix, rank, rings, cells, rnd)
+	path, seg, f, err := shmseg.Create(prefix, rank, rings, cells, key)
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{path: path, file: f, seg: seg, rings: rings, cells: cells, me: rank, pipeMax: pipeMax, out: make([]*out, universe)}, nil
+	return &Provider{path: path, file: f, seg: seg, rings: rings, cells: cells, me: rank, key: key, pipeMax: pipeMax, out: make([]*out, universe)}, nil
 }
+
+// Key is the random part of the job's segment names (shmseg.Path).
+func (s *Provider) Key() [8]byte { return s.key }
 
 // FDPath names this process's segment for as long as the provider is
 // open, even after Unlink: its file descriptor under /proc.

@@ -66,6 +66,7 @@ const (
 	WordFenced = 384 // set by a peer that declared the process failed (its own line)
 	WordJoined = 448 // rings claimed by senders (its own line)
 	WordMapped = 456 // how many of the job's processes on the node have mapped the segment
+	WordBeatID = 464 // the process's heartbeat thread id, then its pid namespace (fabric's)
 
 	// The chunked node allreduce's words. The length is read right after
 	// the chunk number on its line, so it shares it.
@@ -252,26 +253,37 @@ func Word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off]))
 // nameRE finds the creator's pid in a segment's name.
 var nameRE = regexp.MustCompile(`-p([0-9]+)-[0-9a-f]+$`)
 
+// Path is the name of the segment of world rank rank, process pid, of the
+// job whose segments are named for prefix and key: its processes learn
+// each other's pids, and one key, not each other's names.
+func Path(prefix string, rank, pid int, key [8]byte) string {
+	return filepath.Join("/dev/shm", fmt.Sprintf("%s-r%d-p%d-%x", prefix, rank, pid, key))
+}
+
 // Create makes this process's segment of rings rings (one for each
-// other process the node may come to hold) of cells cells each, named for
-// prefix, rank, this process's pid and rnd, with mode 0600, and maps it,
-// with its header and join slots mapped in. It first sweeps the segments
-// of dead processes. The file stays open (f): a process that joins after
-// the name is gone opens it through /proc/<pid>/fd.
-func Create(prefix string, rank, rings, cells int, rnd [8]byte) (path string, seg []byte, f *os.File, err error) {
+// other process the node may come to hold) of cells cells each, named
+// Path(prefix, rank, this process's pid, key), with mode 0600, and maps it,
+// with its header and join slots mapped in. It is made under another name
+// and renamed once it is whole, so a peer that finds the name finds a
+// segment. It first sweeps the segments of dead processes. The file stays
+// open (f): a process that joins after the name is gone opens it through
+// /proc/<pid>/fd.
+func Create(prefix string, rank, rings, cells int, key [8]byte) (path string, seg []byte, f *os.File, err error) {
 	if rings < 1 || rings > 1<<20 || cells < 1 || cells > 1<<20 {
 		return "", nil, nil, fmt.Errorf("shared memory: a segment of %d rings of %d cells", rings, cells)
 	}
 	Sweep()
-	path = filepath.Join("/dev/shm", fmt.Sprintf("%s-r%d-p%d-%x", prefix, rank, os.Getpid(), rnd))
-	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	path = Path(prefix, rank, os.Getpid(), key)
+	// The name it is made under still carries the pid, for Sweep.
+	tmp := Path(prefix+"-new", rank, os.Getpid(), key)
+	f, err = os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("shared memory: %w", err)
 	}
 	size := Size(rings, cells)
 	fail := func(err error) (string, []byte, *os.File, error) {
 		f.Close()
-		os.Remove(path)
+		os.Remove(tmp)
 		return "", nil, nil, err
 	}
 	if err := f.Truncate(int64(size)); err != nil {
@@ -288,6 +300,11 @@ func Create(prefix string, rank, rings, cells int, rnd [8]byte) (path string, se
 	binary.LittleEndian.PutUint64(seg[WordRings:], uint64(rings))
 	binary.LittleEndian.PutUint64(seg[WordCells:], uint64(cells))
 	atomic.StoreUint64(Word(seg, WordMagic), Magic)
+	// Not over a file of that name: it is no segment of this process's.
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE); err != nil {
+		unix.Munmap(seg)
+		return fail(fmt.Errorf("shared memory %s: %w", path, os.NewSyscallError("renameat2", err)))
+	}
 	return path, seg, f, nil
 }
 

@@ -59,6 +59,28 @@ func TestCreateOpen(t *testing.T) {
 	}
 }
 
+// TestPath: a segment's name says whose it is — the creator's pid, as
+// Sweep reads it — and is what Create makes.
+func TestPath(t *testing.T) {
+	key := [8]byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4}
+	path, seg, f, err := Create("rivet-shmseg-path", 3, 2, Cells(2), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(path)
+	defer f.Close()
+	defer unix.Munmap(seg)
+	if want := Path("rivet-shmseg-path", 3, os.Getpid(), key); path != want {
+		t.Errorf("created %s, Path says %s", path, want)
+	}
+	if m := nameRE.FindStringSubmatch(path); m == nil || m[1] != strconv.Itoa(os.Getpid()) {
+		t.Errorf("%s: no pid for Sweep (%q)", path, m)
+	}
+	if Orphaned(path) {
+		t.Errorf("%s: a live process's segment taken for an orphan", path)
+	}
+}
+
 // TestCells: rings are 1 MiB up to 5 processes, the rings of a process
 // never exceed RingBudget together unless they are as short as they get,
 // and a ring holds the largest eager frame (16 KiB of payload) with room
