@@ -97,26 +97,26 @@ func smallShm(t *testing.T) {
 		return func() { os.Remove(fill.Name()) }
 	}
 
-	// Room for less than the start (a header, join slots and a ring's
-	// first 16 KiB per process): a clear error at Init.
+	// Room for less than the start (a header, join slots, a page of ring
+	// heads and a ring's first page per process): a clear error at Init.
 	done := leave(256 << 10)
 	out, errs, st := runJob(t, 16, "hello", false, "RIVET_PROVIDER=shm")
 	done()
 	if st == 0 || crashed(errs) {
 		t.Fatalf("16 ranks in 256 KiB: status %d\n%s\n%s", st, out, errs)
 	}
-	for _, want := range []string{"/dev/shm has no room", "its 16 processes need 576 KiB to start (36 KiB each)", "/dev/shm has 256 KiB free of 64.0 MiB"} {
+	for _, want := range []string{"/dev/shm has no room", "its 16 processes need 384 KiB to start (24 KiB each)", "/dev/shm has 256 KiB free of 64.0 MiB"} {
 		if !strings.Contains(errs, want) {
 			t.Fatalf("16 ranks in 256 KiB: no %q in\n%s", want, errs)
 		}
 	}
 
 	// Room to start, not for a ring to every peer: ENOSPC at a send.
-	done = leave(512 << 10)
+	done = leave(256 << 10)
 	out, errs, st = runJob(t, 8, "everyone", false, "RIVET_PROVIDER=shm")
 	done()
 	if st == 0 || crashed(errs) || !strings.Contains(errs, "no space left on device") {
-		t.Fatalf("8 ranks, each talking to all, in 512 KiB: status %d, want ENOSPC at a send\n%s\n%s", st, out, errs)
+		t.Fatalf("8 ranks, each talking to all, in 256 KiB: status %d, want ENOSPC at a send\n%s\n%s", st, out, errs)
 	}
 
 	// The backstop: a segment in a full /dev/shm.

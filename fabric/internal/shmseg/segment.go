@@ -34,7 +34,7 @@ import (
 )
 
 // Magic is a segment's first word, stored last when it is created.
-const Magic = 0x52495645_54534d35 // "RIVETSM5"
+const Magic = 0x52495645_54534d36 // "RIVETSM6"
 
 const (
 	// HeaderSize is the header's length: three pages that hold the words
@@ -42,7 +42,7 @@ const (
 	HeaderSize = 12288
 	CellSize   = 256 // frames start on a cell
 	CellHeader = 48  // the sequence word and a frame header
-	RingHeader = 128 // the head word, then padding to two cache lines
+	HeadSize   = 128 // a ring's head: the head word, then padding to two cache lines
 	// Chunk is a staging buffer of the chunked node allreduce; the
 	// staging area after the rings holds two.
 	Chunk = 256 << 10
@@ -98,13 +98,21 @@ func joinBytes(rings int) int {
 	return (4*rings + page - 1) / page * page
 }
 
-// ringsOff is where the rings start: after the header and the join slots.
-func ringsOff(rings int) int { return HeaderSize + joinBytes(rings) }
+// headsOff is where the rings' heads start, after the join slots; the
+// heads are apart from the cells so that a ring's cells fill whole pages
+// and its head shares a page with other rings' heads, not with cells.
+func headsOff(rings int) int { return HeaderSize + joinBytes(rings) }
+
+// ringsOff is where the rings' cells start, on a page after the heads.
+func ringsOff(rings int) int {
+	page := os.Getpagesize()
+	return headsOff(rings) + (rings*HeadSize+page-1)/page*page
+}
 
 // StageOff is where the chunked node allreduce's staging area starts,
 // after the rings.
 func StageOff(rings, cells int) int {
-	return ringsOff(rings) + rings*(RingHeader+cells*CellSize)
+	return ringsOff(rings) + rings*cells*CellSize
 }
 
 // CellsFor is how many cells a frame with an n-byte payload takes.
@@ -130,16 +138,19 @@ func (r *Ring) Cell(i uint64, n int) []byte {
 	return r.Cells[off : off+CellSize : off+CellSize]
 }
 
-// ringOff is where ring ix of a segment of rings rings of cells cells
-// starts; it ends RingHeader+cells*CellSize bytes later.
-func ringOff(rings, ix, cells int) int { return ringsOff(rings) + ix*(RingHeader+cells*CellSize) }
+// ringOff is where the cells of ring ix of a segment of rings rings of
+// cells cells start (on a page); they end cells*CellSize bytes later.
+func ringOff(rings, ix, cells int) int { return ringsOff(rings) + ix*cells*CellSize }
+
+// headOff is where ring ix's head is.
+func headOff(rings, ix int) int { return headsOff(rings) + ix*HeadSize }
 
 // RingAt is ring ix of seg, whose rings rings have cells cells.
 func RingAt(seg []byte, rings, ix, cells int) Ring {
 	off := ringOff(rings, ix, cells)
 	return Ring{
-		Head:  (*atomic.Uint64)(unsafe.Pointer(&seg[off])),
-		Cells: seg[off+RingHeader : off+RingHeader+cells*CellSize],
+		Head:  (*atomic.Uint64)(unsafe.Pointer(&seg[headOff(rings, ix)])),
+		Cells: seg[off : off+cells*CellSize],
 	}
 }
 
@@ -162,8 +173,12 @@ func Join(seg []byte, rings, cells, world int) (Ring, error) {
 		return Ring{}, fmt.Errorf("all %d rings of the segment are taken", rings)
 	}
 	r := RingAt(seg, rings, ix, cells)
-	off := ringOff(rings, ix, cells)
-	if err := populate(seg, off, off+RingHeader+JoinCells(cells)*CellSize); err != nil {
+	off, head := ringOff(rings, ix, cells), headOff(rings, ix)
+	err := populate(seg, head, head+HeadSize)
+	if err == nil {
+		err = populate(seg, off, off+JoinCells(cells)*CellSize)
+	}
+	if err != nil {
 		return Ring{}, err
 	}
 	atomic.StoreUint32(slot(seg, ix), uint32(world)+1)
@@ -174,8 +189,9 @@ func Join(seg []byte, rings, cells, world int) (Ring, error) {
 // first go round its ring: 16 KiB.
 const GrowCells = 64
 
-// JoinCells is how many of a ring's cells Join maps in.
-func JoinCells(cells int) int { return min(cells, GrowCells) }
+// JoinCells is how many of a ring's cells Join maps in: a page, enough
+// for the few small frames most peers ever exchange (notices, trees).
+func JoinCells(cells int) int { return min(cells, 16) }
 
 // Joined is how many rings of seg senders have claimed. A ring below it
 // whose Writer is not yet known is being joined, or its sender died
@@ -198,15 +214,15 @@ func PopulateStage(seg []byte, rings, cells int) error {
 // StartBytes is what the segment of one process of rings rings takes in
 // /dev/shm from the start: its header and join slots. Each peer it hears
 // from adds the start of a ring (JoinBytes), which grows with that
-// peer's traffic up to RingHeader+cells*CellSize bytes, and its first
+// peer's traffic up to cells*CellSize bytes, and its first
 // large node allreduce adds the staging area (StageBytes).
 func StartBytes(rings int) int64 { return int64(HeaderSize + joinBytes(rings)) }
 
-// JoinBytes is the memory a ring of cells cells takes once claimed, in
-// whole pages.
+// JoinBytes is the memory a ring of cells cells takes once claimed: its
+// first cells, in whole pages, and its head.
 func JoinBytes(cells int) int64 {
 	page := int64(os.Getpagesize())
-	return (int64(RingHeader+JoinCells(cells)*CellSize) + page - 1) / page * page
+	return (int64(JoinCells(cells)*CellSize)+page-1)/page*page + HeadSize
 }
 
 // StageBytes is the memory of a segment's staging area.
@@ -229,7 +245,7 @@ func CheckSpace(nlocal, rings, cells int) error {
 	}
 	one := StartBytes(rings)
 	if nlocal > 1 {
-		one += JoinBytes(cells)
+		one += JoinBytes(cells) - HeadSize + int64(os.Getpagesize()) // and its heads' first page
 	}
 	need := int64(nlocal) * one
 	free := int64(st.Bavail) * st.Bsize
@@ -293,7 +309,7 @@ func Create(prefix string, rank, rings, cells int, key [8]byte) (path string, se
 	if err != nil {
 		return fail(fmt.Errorf("mapping %s: %w", path, os.NewSyscallError("mmap", err)))
 	}
-	if err := populate(seg, 0, ringsOff(rings)); err != nil {
+	if err := populate(seg, 0, headsOff(rings)); err != nil {
 		unix.Munmap(seg)
 		return fail(fmt.Errorf("shared memory %s: %w", path, err))
 	}

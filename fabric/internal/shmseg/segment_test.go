@@ -123,8 +123,8 @@ func TestJoin(t *testing.T) {
 	if got := rss(t, seg); got != start {
 		t.Errorf("new segment: %d bytes mapped in, want %d (header, join slots)", got, start)
 	}
-	if StartBytes(n) != int64(ringsOff(n)) {
-		t.Errorf("StartBytes %d, rings start at %d", StartBytes(n), ringsOff(n))
+	if StartBytes(n) != int64(headsOff(n)) {
+		t.Errorf("StartBytes %d, heads start at %d", StartBytes(n), headsOff(n))
 	}
 	peer, rings, _, err := Open(path)
 	if err != nil {
@@ -145,17 +145,22 @@ func TestJoin(t *testing.T) {
 		t.Errorf("after world rank 5 joined: %d claimed, ring 0 written by %d (%v)", Joined(seg), w, ok)
 	}
 	from := ringOff(n, 0, cells)
-	end := from + RingHeader + len(ring.Cells)
-	want := pages(0, HeaderSize) + page + pages(from, from+RingHeader+JoinCells(cells)*CellSize)
-	if got := rss(t, peer); got != want {
-		t.Errorf("peer's mapping after its join: %d bytes mapped in, want %d (header, its join slot, ring 0's first cells)", got, want)
+	end := from + len(ring.Cells)
+	if from%page != 0 || headOff(n, 0) >= ringsOff(n) || headOff(n, n-1)+HeadSize > ringsOff(n) {
+		t.Errorf("ring 0's cells at %d, heads at %d–%d, cells from %d", from, headOff(n, 0), headOff(n, n-1)+HeadSize, ringsOff(n))
+	}
+	// The header, its join slot's page, its head's page, and the ring's
+	// first page.
+	want := pages(0, HeaderSize) + 3*page
+	if got := rss(t, peer); got != want || JoinCells(cells)*CellSize != page {
+		t.Errorf("peer's mapping after its join: %d bytes mapped in, want %d (header, its join slot, its head, ring 0's first page)", got, want)
 	}
 	if err := ring.Populate(cells-1, cells); err != nil {
 		t.Fatal(err)
 	}
-	want += pages(end-CellSize, end)
-	// The pages mapped in are ring 0's: writing its first and last bytes
-	// maps in nothing more.
+	want += page
+	// The pages mapped in are ring 0's: writing its head and its last
+	// byte maps in nothing more.
 	ring.Head.Store(7)
 	ring.Cells[len(ring.Cells)-1] = 1
 	if got := rss(t, peer); got != want {
@@ -167,10 +172,10 @@ func TestJoin(t *testing.T) {
 	if err := PopulateStage(seg, n, cells); err != nil {
 		t.Fatal(err)
 	}
-	// The owner has read the ring's first and last pages (and the kernel
+	// The owner has read the ring's head and last page (and the kernel
 	// may have mapped in more of the ring's around them); nothing of
 	// the rings no one claimed.
-	if got, lo, hi := rss(t, seg), start+2*page+StageBytes, start+pages(from, end)+StageBytes; got < lo || got > hi {
+	if got, lo, hi := rss(t, seg), start+2*page+StageBytes, start+page+pages(from, end)+StageBytes; got < lo || got > hi {
 		t.Errorf("own segment after a join and staging: %d bytes mapped in, want %d to %d", got, lo, hi)
 	}
 	for w := 1; w < n; w++ {
