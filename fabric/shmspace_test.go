@@ -5,13 +5,13 @@ package fabric
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 func init() {
@@ -38,10 +38,6 @@ func progEveryone(ctx context.Context, ep *Endpoint) error {
 	return nil
 }
 
-// smallShmEnv runs TestSmallShm's body: in a mount namespace whose
-// /dev/shm is a 64 MiB tmpfs, as Docker gives a container by default.
-const smallShmEnv = "FABRIC_TEST_SMALL_SHM"
-
 // TestSmallShm, in Docker's default /dev/shm of 64 MiB (16 ranks there
 // died of SIGBUS, with thousands of lines of goroutine dumps, while Open
 // MPI's ran): 32 ranks that all talk to each other run, since a process
@@ -52,24 +48,10 @@ const smallShmEnv = "FABRIC_TEST_SMALL_SHM"
 // and a segment the file system cannot give pages for is an error where
 // it is made (ErrNoSpace), not a SIGBUS at its first use.
 func TestSmallShm(t *testing.T) {
-	if os.Getenv(smallShmEnv) == "1" {
-		smallShm(t)
+	if testutil.ShmNamespace(t, 64<<20) {
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, for a mount namespace with a /dev/shm of its own")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("no unshare (util-linux)")
-	}
-	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c",
-		`mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$0" -test.run='^TestSmallShm$' -test.v`, os.Args[0])
-	cmd.Env = append(os.Environ(), smallShmEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestSmallShm") {
-		t.Fatalf("in a namespace with a 64 MiB /dev/shm: %v\n%s", err, out)
-	}
+	smallShm(t)
 }
 
 func smallShm(t *testing.T) {

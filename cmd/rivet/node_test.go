@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,10 +35,6 @@ const (
 	node256Pss = 1280 << 20
 )
 
-// node256Env runs TestHostNode256's body: in a mount namespace whose
-// /dev/shm is a 64 MiB tmpfs, as Docker gives a container by default.
-const node256Env = "RIVET_TEST_NODE256"
-
 // TestHostNode256: 256 processes on this node (oversubscribed, as CI's 2
 // CPUs are), in a /dev/shm of Docker's default 64 MiB, run osu_barrier
 // and 8-byte osu_allreduce, and the recovery steps after a SIGKILL
@@ -50,22 +45,7 @@ func TestHostNode256(t *testing.T) {
 	if testutil.Race {
 		t.Skip("256 processes under the race detector take gigabytes; scripts/test.sh runs this test on its own, without -race")
 	}
-	if os.Getenv(node256Env) != "1" {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root, for a mount namespace with a /dev/shm of its own")
-		}
-		unshare, err := exec.LookPath("unshare")
-		if err != nil {
-			t.Skip("no unshare (util-linux)")
-		}
-		cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c",
-			`mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$0" -test.run='^TestHostNode256$' -test.v`, os.Args[0])
-		cmd.Env = append(os.Environ(), node256Env+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: TestHostNode256") {
-			t.Fatalf("in a namespace with a 64 MiB /dev/shm: %v\n%s", err, out)
-		}
-		t.Logf("in a namespace with a 64 MiB /dev/shm:\n%s", out)
+	if testutil.ShmNamespace(t, 64<<20) {
 		return
 	}
 	const n = 256

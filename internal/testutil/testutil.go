@@ -139,3 +139,35 @@ func ProviderEnv(t testing.TB) []string {
 	}
 	return []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + RXEDevices(t)[0]}
 }
+
+// shmNamespaceEnv names the test that ShmNamespace runs again inside a
+// namespace of its own.
+const shmNamespaceEnv = "RIVET_TEST_SHM_NAMESPACE"
+
+// ShmNamespace runs the calling test again, in a mount namespace whose
+// /dev/shm is a tmpfs of size bytes (Docker gives a container 64 MiB),
+// fails t unless it passes there, and reports true: the caller is done.
+// Inside that namespace it reports false, and the caller runs its body.
+// It skips t without root or unshare(1).
+func ShmNamespace(t *testing.T, size int) bool {
+	t.Helper()
+	if os.Getenv(shmNamespaceEnv) == t.Name() {
+		return false
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, for a mount namespace with a /dev/shm of its own")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("no unshare (util-linux)")
+	}
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c",
+		fmt.Sprintf(`mount -t tmpfs -o size=%d tmpfs /dev/shm && exec "$0" -test.run='^%s$' -test.v`, size, t.Name()), os.Args[0])
+	cmd.Env = append(os.Environ(), shmNamespaceEnv+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("in a namespace with a /dev/shm of %d MiB: %v\n%s", size>>20, err, out)
+	}
+	t.Logf("in a namespace with a /dev/shm of %d MiB:\n%s", size>>20, out)
+	return true
+}
