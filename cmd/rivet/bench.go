@@ -241,8 +241,15 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return err
 		}
 	}
+	if testHookBenchDone != nil {
+		testHookBenchDone()
+	}
 	return nil
 }
+
+// testHookBenchDone, when set (by tests), runs in each rank after its
+// tests, while its endpoint is still open.
+var testHookBenchDone func()
 
 // benchArgErr maps an OSU option error to the command's outcome; a -v
 // request prints the version and ends the command.

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 		main()
 	}
 	if os.Getenv("RIVET_TEST_AS_CLI") == "1" || os.Getenv(benchChildEnv) != "" {
+		if dir := os.Getenv(holdEnv); dir != "" {
+			testHookBenchDone = func() { holdRank(dir) }
+		}
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
