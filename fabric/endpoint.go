@@ -55,7 +55,7 @@ type Endpoint struct {
 	// node of every world rank, nil if the launcher does not say.
 	nodeOf, launchNode []int
 	local              []int          // the job's world ranks sharing memory through shm (empty without shm)
-	nodeKeys           map[string]int // node index by node key (see nodeKey)
+	nodeKeys           map[string]int // node index by nodeID of the node key (see nodeKey)
 	parentInfo         *spawnInfo     // how this job was spawned; nil if a launcher started it
 	parent             *Comm          // the intercommunicator to the spawners (Parent)
 
@@ -199,8 +199,8 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	}
 	if ep.rank == first {
 		// The random part of the job's segment names: the others are
-		// named from it and their pids, learnt with the "node" keys,
-		// so no process reads a key per peer for them.
+		// named from it and their pids, learnt from the node map, so
+		// no process reads a key per peer for them.
 		var key [8]byte
 		if _, err := randRead(key[:]); err != nil {
 			return err
@@ -212,38 +212,36 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if err := b.Fence(ctx); err != nil {
 		return err
 	}
-	var pids []int
-	nodes := map[string]int{}
+	if ep.rank == first {
+		if err := gatherNodes(ctx, b, first, end); err != nil {
+			return err
+		}
+	}
+	if err := b.Fence(ctx); err != nil {
+		return err
+	}
+	m, here, pids, err := readNodes(ctx, b, first, ep.jobSize, mine)
+	if err != nil {
+		return err
+	}
 	ep.nodeOf = make([]int, ep.size)
 	for r := range ep.nodeOf {
 		ep.nodeOf[r] = -1 // not in the universe yet
 	}
-	ep.nodeKeys = nodes
-	for r := first; r < end; r++ {
-		v, err := b.Get(ctx, r, "node")
-		if err != nil {
-			return err
-		}
-		s := string(v)
-		i := strings.LastIndexByte(s, '|')
-		if i < 0 {
-			return fmt.Errorf("fabric: rank %d published a bad node key %q", r, s)
-		}
-		n, ok := nodes[s[:i]]
-		if !ok {
-			n = len(nodes)
-			nodes[s[:i]] = n
-		}
-		ep.nodeOf[r] = n
-		if s[:i] == mine {
-			pid, err := strconv.Atoi(s[i+1:])
-			if err != nil {
-				return fmt.Errorf("fabric: rank %d published a bad pid %q", r, s[i+1:])
-			}
-			ep.node = append(ep.node, r)
-			pids = append(pids, pid)
+	for i, k := range m.of {
+		ep.nodeOf[first+i] = k
+		if k == here {
+			ep.node = append(ep.node, first+i)
 		}
 	}
+	if me := slices.Index(ep.node, ep.rank); len(pids) != len(ep.node) || me < 0 || pids[me] != os.Getpid() {
+		return fmt.Errorf("fabric: the node map of rank %d has %d pids for %d ranks on this node, not this process's", first, len(pids), len(ep.node))
+	}
+	nodes := make(map[string]int, len(m.ids))
+	for k, id := range m.ids {
+		nodes[id] = k
+	}
+	ep.nodeKeys = nodes
 	if ep.opts.quorum && len(nodes) > 1 {
 		ep.e.nodeOf = ep.nodeOf
 	}

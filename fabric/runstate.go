@@ -172,7 +172,7 @@ func (ep *Endpoint) addBeatID(w, pid int, key string) {
 }
 
 // learnBeatIDs learns where the heartbeat threads of the other processes
-// on this node are, whose pids (by ep.node's order) the "node" keys gave:
+// on this node are, whose pids (by ep.node's order) the node map gave:
 // from their segments' headers, or their "beat" keys where this process
 // maps no segment of theirs.
 func (ep *Endpoint) learnBeatIDs(ctx context.Context, pids []int) error {

@@ -207,11 +207,11 @@ func (e *engine) goneCause(w int) error {
 // watches its pid if it is on this node. With e.mu held.
 func (ep *Endpoint) reach(w int, r *record, here bool) error {
 	e := ep.e
-	if n, ok := ep.nodeKeys[r.node]; ok {
+	if n, ok := ep.nodeKeys[nodeID(r.node)]; ok {
 		ep.nodeOf[w] = n
 	} else if ep.nodeOf != nil {
-		ep.nodeKeys[r.node] = len(ep.nodeKeys)
-		ep.nodeOf[w] = ep.nodeKeys[r.node]
+		ep.nodeKeys[nodeID(r.node)] = len(ep.nodeKeys)
+		ep.nodeOf[w] = ep.nodeKeys[nodeID(r.node)]
 	}
 	switch {
 	case here && ep.shm != nil && r.shm != "" && ep.opts.provider != "verbs":

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,9 +71,11 @@ type Options struct {
 	// universeSize, MPI_UNIVERSE_SIZE): how many processes the job may
 	// usefully grow to by spawning. 0: not told.
 	Universe int
-	Env      []string // added to os.Environ() for every process
-	Stdout   io.Writer
-	Stderr   io.Writer
+	// Lookups, if set, counts the PMI gets the job's processes make.
+	Lookups *atomic.Int64
+	Env     []string // added to os.Environ() for every process
+	Stdout  io.Writer
+	Stderr  io.Writer
 }
 
 // Run starts N processes of argv[0] (looked up in PATH) with argv[1:],
@@ -170,6 +173,7 @@ func (j *job) run(ctx context.Context, path string, args []string) int {
 	j.jobid = newJobID()
 	srv := pmi.NewServer(j.N, j.jobid)
 	srv.Universe = j.Universe
+	srv.Lookups = j.Lookups
 	srv.Spawn = j.spawn
 	j.exits = make(chan exit, j.N)
 	j.verdicts = make(chan verdict, j.N)

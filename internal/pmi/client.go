@@ -66,7 +66,16 @@ func FromEnv(ctx context.Context) (*Client, error) {
 	if v := os.Getenv("PMI_RANK"); v != "" {
 		rank, _ = strconv.Atoi(v)
 	}
-	c, err := NewClient(ctx, conn, rank, os.Getenv("PMI_JOBID"), os.Getenv("PMI_ID"))
+	v1 := false
+	switch v := os.Getenv(VersionEnv); v {
+	case "", "2":
+	case "1":
+		v1 = true
+	default:
+		conn.Close()
+		return nil, fmt.Errorf("pmi: %s=%q: 1, or 2 (the default: PMI-2 where the launcher speaks it)", VersionEnv, v)
+	}
+	c, err := newClient(ctx, conn, rank, os.Getenv("PMI_JOBID"), os.Getenv("PMI_ID"), v1)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -78,9 +87,26 @@ func FromEnv(ctx context.Context) (*Client, error) {
 // PMI-1. rank is the PMI_RANK hint (-1 if unknown); jobid and srcid are
 // PMI_JOBID and PMI_ID, which may be empty.
 func NewClient(ctx context.Context, conn io.ReadWriteCloser, rank int, jobid, srcid string) (*Client, error) {
+	return newClient(ctx, conn, rank, jobid, srcid, false)
+}
+
+// VersionEnv set to 1 makes FromEnv speak PMI-1 even to a launcher that
+// speaks PMI-2. MPICH 4.0's Hydra needs it for jobs of about 200 or more
+// processes on a node: on its PMI-2 path, where every lookup goes from
+// the node's proxy to mpiexec, the two came to block writing to each
+// other and the job hung; its PMI-1 path ran 256. PMI-1 cannot spawn.
+const VersionEnv = "RIVET_PMI_VERSION"
+
+func newClient(ctx context.Context, conn io.ReadWriteCloser, rank int, jobid, srcid string, v1 bool) (*Client, error) {
 	c := &Client{conn: conn, r: bufio.NewReader(conn), rank: rank}
 	done := c.deadline(ctx)
 	defer done()
+	if v1 {
+		if err := c.roundTripV1(msg{"init", []kv{{"pmi_version", "1"}, {"pmi_subversion", "1"}}}, "response_to_init"); err != nil {
+			return nil, c.ioErr(ctx, "init", err)
+		}
+		return c, c.initV1()
+	}
 	// Both versions open with a PMI-1 line.
 	if err := writeV1(conn, msg{"init", []kv{{"pmi_version", "2"}, {"pmi_subversion", "0"}}}); err != nil {
 		return nil, c.ioErr(ctx, "init", err)

@@ -258,3 +258,46 @@ func hydraChild(t *testing.T) {
 	}
 	fmt.Printf("hydra rank %d of %d ok (PMI-%d, job %s)\n", c.Rank(), c.Size(), c.Version(), c.JobID())
 }
+
+// TestVersionEnv: RIVET_PMI_VERSION=1 makes FromEnv speak PMI-1 to a
+// server that speaks PMI-2 too; a value other than 1 or 2 is refused.
+func TestVersionEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env     string
+		version int
+	}{{"1", 1}, {"2", 2}, {"", 2}, {"3", 0}} {
+		srv := NewServer(1, "job")
+		cl, sv := socketpair(t)
+		fd, err := unix.Dup(int(cl.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			srv.Serve(ctx, 0, sv)
+		}()
+		t.Setenv("PMI_FD", strconv.Itoa(fd))
+		t.Setenv("PMI_PORT", "")
+		t.Setenv("PMI_RANK", "0")
+		t.Setenv(VersionEnv, tc.env)
+		c, err := FromEnv(ctx)
+		switch {
+		case tc.version == 0 && err == nil:
+			t.Errorf("%s=%q accepted", VersionEnv, tc.env)
+		case tc.version == 0:
+			unix.Close(fd)
+		case err != nil:
+			t.Errorf("%s=%q: %v", VersionEnv, tc.env, err)
+		case c.Version() != tc.version:
+			t.Errorf("%s=%q: PMI-%d", VersionEnv, tc.env, c.Version())
+		default:
+			c.Finalize(ctx)
+		}
+		cl.Close()
+		sv.Close()
+		<-done
+		cancel()
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Server is a PMI server for one job of Size processes, as a launcher runs
@@ -35,6 +36,9 @@ type Server struct {
 	SpawnerJobID string
 	// Universe is the universe size the ranks are told (0: not told).
 	Universe int
+	// Lookups, if set, counts the gets the server answers (a launcher's
+	// work that should grow with the ranks, not with their square).
+	Lookups *atomic.Int64
 
 	mu        sync.Mutex
 	kvs       map[string]string
@@ -169,6 +173,9 @@ func (s *Server) handle(ctx context.Context, rank int, v2 bool, m msg) (msg, boo
 		}
 		return ok(resp), false, nil
 	case "kvs-get", "get":
+		if s.Lookups != nil {
+			s.Lookups.Add(1)
+		}
 		key, _ := m.get("key")
 		s.mu.Lock()
 		v, found := s.kvs[key]
