@@ -273,7 +273,9 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			return fmt.Errorf("fabric: world rank %d is on another node, and the shm provider was chosen: %w", remote[0], ErrNoRoute)
 		}
 		v, err := newVerbsProvider(rdma.Config{Device: ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), QP: ep.opts.qpConfig(),
-			Me: ep.rank, Size: ep.size, Peers: remote, Spare: ep.size - ep.jobSize, Mem: &ep.mem}, ep.e, ep.opts.sources&SourceCompletion != 0)
+			Me: ep.rank, Size: ep.size, Peers: remote, Spare: ep.size - ep.jobSize, Mem: &ep.mem,
+			Resolve: func(ctx context.Context, w int) ([]byte, error) { return b.Get(ctx, w, "verbs") }},
+			ep.e, ep.opts.sources&SourceCompletion != 0)
 		switch {
 		case err != nil && len(remote) > 0:
 			return fmt.Errorf("%w (world rank %d is reached over verbs)", err, remote[0])
@@ -356,7 +358,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if err := ep.learnBeatIDs(ctx, pids); err != nil {
 		return err
 	}
-	if err := ep.connectVerbs(ctx, remote); err != nil {
+	if err := ep.connectVerbs(remote); err != nil {
 		return err
 	}
 	ep.e.all = nil // (the routes are set)
@@ -408,22 +410,15 @@ func awaitSegment(ctx context.Context, r int, path string, pid int) error {
 	}
 }
 
-// connectVerbs learns the verbs addresses of the peers in remote; the
-// connections themselves are made on first use (see fabric/internal/rdma/connect.go).
-func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
+// connectVerbs routes the peers in remote over verbs. Their addresses are
+// read, and connections made, on first use (see
+// fabric/internal/rdma/connect.go).
+func (ep *Endpoint) connectVerbs(remote []int) error {
 	v := ep.verbs
 	if v == nil {
 		return nil
 	}
-	b := ep.boot
 	for _, r := range remote {
-		addr, err := b.Get(ctx, r, "verbs")
-		if err != nil {
-			return err
-		}
-		if err := v.SetAddr(r, addr); err != nil {
-			return err
-		}
 		ep.e.route[r] = v
 	}
 	ep.e.provs = append(ep.e.provs, v)

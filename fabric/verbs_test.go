@@ -14,11 +14,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/rdma"
+	"github.com/rivet-hpc/rivet/internal/launch"
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
@@ -510,6 +512,39 @@ func progLazy(ctx context.Context, ep *Endpoint) error {
 func TestVerbsLazyConnect(t *testing.T) {
 	devs := testutil.RXEDevices(t)
 	runOK(t, 4, "lazy", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+strings.Join(devs, ","))
+}
+
+func init() {
+	progs.Add("alone", func(ctx context.Context, ep *Endpoint) error {
+		for w := range ep.World().Size() {
+			if ep.Node(w) != w || ep.Provider(w) != map[bool]string{true: "self", false: "verbs"}[w == ep.World().Rank()] {
+				failf("rank %d on node %d, reached over %q", w, ep.Node(w), ep.Provider(w))
+			}
+		}
+		return nil
+	})
+	// Each rank on a node of its own.
+	progs.BeforeInit("alone", func() { os.Setenv("RIVET_NODE", os.Getenv("PMI_RANK")) })
+}
+
+// TestVerbsInitLookups: over verbs too, Init's lookups at the launcher grow
+// with the ranks, not their square — a process reads a peer's address when
+// it first connects to it: 16 ranks, each on a node of its own, that never
+// talk make about 8 lookups a rank (reading every peer's address at Init
+// made 30 more each).
+func TestVerbsInitLookups(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	const n = 16
+	var gets atomic.Int64
+	out, errs, st := progs.RunWith(t, launch.Options{N: n, Lookups: &gets,
+		Env: []string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + strings.Join(devs, ",")}}, "alone")
+	if st != 0 || strings.Count(out, " ok") != n {
+		t.Fatalf("status %d\n%s\n%s", st, out, errs)
+	}
+	t.Logf("%d ranks over verbs: %d lookups", n, gets.Load())
+	if got := gets.Load(); got > 10*n {
+		t.Errorf("%d ranks over verbs made %d lookups: more than 10 a rank", n, got)
+	}
 }
 
 // TestLost: how the engine classes what the verbs provider reports

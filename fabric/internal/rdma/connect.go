@@ -36,7 +36,10 @@ import (
 // Frames for a peer wait in the engine's queue meanwhile (Send refuses
 // them).
 //
-// Until then a peer costs nothing but its 60-byte address: no queue pair,
+// Until then a peer costs nothing: its address is read from the bootstrap
+// (Config.Resolve) when either side first connects, so a process reads
+// the addresses of the peers it talks to, not of all (at the launcher,
+// lookups that grow with the job, not with its square); no queue pair,
 // no receive buffers (0.5 MiB a peer once connected).
 
 // peerAddr is what the bootstrap says about a peer.
@@ -125,7 +128,53 @@ func (v *Provider) SetAddr(w int, b []byte) error {
 	a.ctl = verbs.RemoteBuf{Addr: le.Uint64(b[16:]), RKey: le.Uint32(b[24:]), Len: uint64(ctlLen(len(v.peers)))}
 	copy(a.token[:], b[28:])
 	a.tcp = string(b[fixed:])
+	v.known[w] = true
 	return nil
+}
+
+// learn reads world rank w's address (Config.Resolve) and then connects
+// to it; in a goroutine of handshakeGo's.
+func (v *Provider) learn(w int) {
+	err := v.learnAddr(w)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.learning[w] = false
+	if v.closing {
+		return
+	}
+	if err != nil {
+		v.deadNoPeer(w, err)
+		return
+	}
+	v.Connect(w)
+}
+
+// learnAddr reads world rank w's address unless it is known; without the
+// engine's lock. The read is not cut short by Close (which waits for it):
+// a bootstrap call abandoned midway would leave the bootstrap unusable
+// for the endpoint's own Close.
+func (v *Provider) learnAddr(w int) error {
+	v.mu.Lock()
+	known := v.known[w]
+	v.mu.Unlock()
+	if known {
+		return nil
+	}
+	if v.resolve == nil {
+		return fmt.Errorf("no address published for world rank %d", w)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), vHandshakeTimeout)
+	b, err := v.resolve(ctx, w)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reading the address of world rank %d: %w", w, err)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.known[w] {
+		return nil
+	}
+	return v.SetAddr(w, b)
 }
 
 // AddPeer makes world rank w, a process that joined after New (a spawn's),
@@ -147,6 +196,15 @@ func (v *Provider) AddPeer(w int, b []byte) error {
 func (v *Provider) Connect(w int) {
 	p := v.peers[w]
 	if v.closing || p != nil && (p.ready || p.dialing || p.dead) {
+		return
+	}
+	if !v.known[w] {
+		// Its address is read from the bootstrap now, not at Init: a
+		// process reads the addresses of the peers it talks to.
+		if !v.learning[w] {
+			v.learning[w] = true
+			v.handshakeGo(func() { v.learn(w) })
+		}
 		return
 	}
 	if p == nil {
@@ -286,6 +344,14 @@ func (v *Provider) serve(c net.Conn) {
 	if w < 0 || w >= len(v.peers) || subtle.ConstantTimeCompare(req.Token[:], v.token[:]) != 1 {
 		return // not one of ours: say nothing
 	}
+	v.mu.Lock()
+	peer := v.isPeer[w]
+	v.mu.Unlock()
+	if peer {
+		if err := v.learnAddr(w); err != nil {
+			return // the dialer fails the handshake; it may be gone
+		}
+	}
 	// A process that knows this one's address but is not a peer here yet
 	// joined with a spawn this process is still taking in (AddPeer comes
 	// once every record is read): wait for it rather than refuse — a
@@ -297,7 +363,7 @@ func (v *Provider) serve(c net.Conn) {
 		time.Sleep(time.Millisecond)
 		v.mu.Lock()
 	}
-	if v.closing || !v.isPeer[w] || v.eng.Failed(w) {
+	if v.closing || !v.isPeer[w] || !v.known[w] || v.eng.Failed(w) {
 		v.mu.Unlock()
 		return
 	}

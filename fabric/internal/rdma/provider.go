@@ -170,6 +170,11 @@ type Config struct {
 	Peers  []int               // world ranks reached through this provider
 	Spare  int                 // how many more a spawn may add (AddPeer)
 	Mem    Registry
+	// Resolve reads the published address (Address) of world rank w, a
+	// peer, from the bootstrap; it is called, once a peer, when this
+	// process first connects to w or w to it, from a goroutine of the
+	// provider's and without the engine's lock.
+	Resolve func(ctx context.Context, w int) ([]byte, error)
 }
 
 // Provider is this process's side of the verbs provider.
@@ -205,17 +210,20 @@ type Provider struct {
 	kept      int
 	dead      []peerFault // failures noticed outside a poll
 
-	eng     Engine
-	mu      sync.Locker // the engine's lock, which the handshakes take
-	addrs   []peerAddr  // by world rank, from the bootstrap
-	isPeer  []bool      // by world rank: reached over verbs
-	ln      net.Listener
-	conns   map[net.Conn]bool // handshakes in progress
-	token   [16]byte          // proves a handshake comes from this job
-	closing bool
-	hs      sync.WaitGroup  // handshake goroutines (handshakeGo)
-	hsCtx   context.Context // ends at close: dials in progress stop
-	hsStop  context.CancelFunc
+	eng      Engine
+	mu       sync.Locker // the engine's lock, which the handshakes take
+	addrs    []peerAddr  // by world rank, from the bootstrap
+	known    []bool      // by world rank: addrs holds its address
+	learning []bool      // by world rank: its address is being read (learn)
+	resolve  func(ctx context.Context, w int) ([]byte, error)
+	isPeer   []bool // by world rank: reached over verbs
+	ln       net.Listener
+	conns    map[net.Conn]bool // handshakes in progress
+	token    [16]byte          // proves a handshake comes from this job
+	closing  bool
+	hs       sync.WaitGroup  // handshake goroutines (handshakeGo)
+	hsCtx    context.Context // ends at close: dials in progress stop
+	hsStop   context.CancelFunc
 
 	oneSided     []inflight // one-sided operations in flight
 	freeOneSided []int
@@ -239,7 +247,7 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 	v := &Provider{me: cfg.Me, qpConf: cfg.QP, peers: make([]*link, size), byQPN: map[uint32]*link{},
 		staged: map[uint64]*verbs.MR{}, mem: cfg.Mem, reads: make([]vRead, 0, 64),
 		oneSided: make([]inflight, 0, vMaxOneSided), eng: eng, mu: mu, addrs: make([]peerAddr, size), isPeer: make([]bool, size),
-		waited: make([]bool, size)}
+		known: make([]bool, size), learning: make([]bool, size), resolve: cfg.Resolve, waited: make([]bool, size)}
 	for _, w := range peers {
 		v.isPeer[w] = true
 	}
