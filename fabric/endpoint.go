@@ -358,7 +358,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 	if err := ep.learnBeatIDs(ctx, pids); err != nil {
 		return err
 	}
-	if err := ep.connectVerbs(remote); err != nil {
+	if err := ep.connectVerbs(ctx, remote); err != nil {
 		return err
 	}
 	ep.e.all = nil // (the routes are set)
@@ -410,15 +410,28 @@ func awaitSegment(ctx context.Context, r int, path string, pid int) error {
 	}
 }
 
-// connectVerbs routes the peers in remote over verbs. Their addresses are
-// read, and connections made, on first use (see
-// fabric/internal/rdma/connect.go).
-func (ep *Endpoint) connectVerbs(remote []int) error {
+// connectVerbs routes the peers in remote over verbs. Connections are
+// made on first use (see fabric/internal/rdma/connect.go), and the peers'
+// addresses read then — unless a rank of the job hosts the bootstrap's
+// store (a Forgetter): the store may die with that rank, and survivors
+// that had not talked yet must still reach each other, so they read every
+// address now.
+func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 	v := ep.verbs
 	if v == nil {
 		return nil
 	}
+	_, eager := ep.boot.(bootstrap.Forgetter)
 	for _, r := range remote {
+		if eager {
+			addr, err := ep.boot.Get(ctx, r, "verbs")
+			if err != nil {
+				return err
+			}
+			if err := v.SetAddr(r, addr); err != nil {
+				return err
+			}
+		}
 		ep.e.route[r] = v
 	}
 	ep.e.provs = append(ep.e.provs, v)

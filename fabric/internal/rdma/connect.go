@@ -36,8 +36,9 @@ import (
 // Frames for a peer wait in the engine's queue meanwhile (Send refuses
 // them).
 //
-// Until then a peer costs nothing: its address is read from the bootstrap
-// (Config.Resolve) when either side first connects, so a process reads
+// Until then a peer costs nothing: its address, unless SetAddr gave it
+// at start, is read from the bootstrap (Config.Resolve) when either side
+// first connects, so a process reads
 // the addresses of the peers it talks to, not of all (at the launcher,
 // lookups that grow with the job, not with its square); no queue pair,
 // no receive buffers (0.5 MiB a peer once connected).
