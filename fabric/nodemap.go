@@ -18,12 +18,11 @@ import (
 // own node's ranks. Reading every rank's "node" key at every rank was
 // N² lookups at the launcher (2 each: a value and its length), 131,072
 // for 256 processes; now the launcher serves about 2N for the first
-// rank, plus a few per rank (the map's runs and this node's pids, in
-// values of about 1 KiB).
+// rank, plus a few per rank (the map and this node's pids, in values of
+// about 1 KiB).
 
 // nodeMap is where a job's ranks are: nodes by first appearance in rank
-// order, each named by nodeID; of[i] is the node of the job's rank i; pids
-// are the pids of the ranks of one node, in rank order.
+// order, each named by nodeID; of[i] is the node of the job's rank i.
 type nodeMap struct {
 	ids []string
 	of  []int
