@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -137,14 +138,7 @@ func readNodes(ctx context.Context, b bootstrap.Bootstrap, first, size int, mine
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	id := nodeID(mine)
-	here = -1
-	for k, n := range m.ids {
-		if n == id {
-			here = k
-		}
-	}
-	if here < 0 {
+	if here = slices.Index(m.ids, nodeID(mine)); here < 0 {
 		return nil, 0, nil, fmt.Errorf("fabric: the node map of rank %d does not have this node", first)
 	}
 	v, err = b.Get(ctx, first, pidsKey(here))

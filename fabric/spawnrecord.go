@@ -207,11 +207,12 @@ func (e *engine) goneCause(w int) error {
 // watches its pid if it is on this node. With e.mu held.
 func (ep *Endpoint) reach(w int, r *record, here bool) error {
 	e := ep.e
-	if n, ok := ep.nodeKeys[nodeID(r.node)]; ok {
+	id := nodeID(r.node)
+	if n, ok := ep.nodeKeys[id]; ok {
 		ep.nodeOf[w] = n
 	} else if ep.nodeOf != nil {
-		ep.nodeKeys[nodeID(r.node)] = len(ep.nodeKeys)
-		ep.nodeOf[w] = ep.nodeKeys[nodeID(r.node)]
+		ep.nodeKeys[id] = len(ep.nodeKeys)
+		ep.nodeOf[w] = ep.nodeKeys[id]
 	}
 	switch {
 	case here && ep.shm != nil && r.shm != "" && ep.opts.provider != "verbs":

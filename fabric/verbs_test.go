@@ -517,7 +517,11 @@ func TestVerbsLazyConnect(t *testing.T) {
 func init() {
 	progs.Add("alone", func(ctx context.Context, ep *Endpoint) error {
 		for w := range ep.World().Size() {
-			if ep.Node(w) != w || ep.Provider(w) != map[bool]string{true: "self", false: "verbs"}[w == ep.World().Rank()] {
+			want := "verbs"
+			if w == ep.World().Rank() {
+				want = "self"
+			}
+			if ep.Node(w) != w || ep.Provider(w) != want {
 				failf("rank %d on node %d, reached over %q", w, ep.Node(w), ep.Provider(w))
 			}
 		}
@@ -530,8 +534,8 @@ func init() {
 // TestVerbsInitLookups: over verbs too, Init's lookups at the launcher grow
 // with the ranks, not their square — a process reads a peer's address when
 // it first connects to it: 16 ranks, each on a node of its own, that never
-// talk make about 8 lookups a rank (reading every peer's address at Init
-// made 30 more each).
+// talk made 6 lookups a rank (reading every peer's address at Init makes
+// 30 more each).
 func TestVerbsInitLookups(t *testing.T) {
 	devs := testutil.RXEDevices(t)
 	const n = 16

@@ -71,8 +71,8 @@ func (v *Provider) listen() error {
 	return nil
 }
 
-// ServeHandshakes starts answering handshakes, once every peer's address
-// is known (a peer that dials earlier waits in the listen backlog).
+// ServeHandshakes starts answering handshakes, once the fabric has routed
+// its peers (a peer that dials earlier waits in the listen backlog).
 func (v *Provider) ServeHandshakes() { v.handshakeGo(func() { v.accept(v.ln) }) }
 
 // handshakeGo runs f in a goroutine that close waits for (a socket it
@@ -129,9 +129,11 @@ func (v *Provider) SetAddr(w int, b []byte) error {
 	a.ctl = verbs.RemoteBuf{Addr: le.Uint64(b[16:]), RKey: le.Uint32(b[24:]), Len: uint64(ctlLen(len(v.peers)))}
 	copy(a.token[:], b[28:])
 	a.tcp = string(b[fixed:])
-	v.known[w] = true
 	return nil
 }
+
+// hasAddr reports whether world rank w's address is known (SetAddr).
+func (v *Provider) hasAddr(w int) bool { return v.addrs[w].tcp != "" }
 
 // learn reads world rank w's address (Config.Resolve) and then connects
 // to it; in a goroutine of handshakeGo's.
@@ -156,7 +158,7 @@ func (v *Provider) learn(w int) {
 // for the endpoint's own Close.
 func (v *Provider) learnAddr(w int) error {
 	v.mu.Lock()
-	known := v.known[w]
+	known := v.hasAddr(w)
 	v.mu.Unlock()
 	if known {
 		return nil
@@ -172,7 +174,7 @@ func (v *Provider) learnAddr(w int) error {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.known[w] {
+	if v.hasAddr(w) {
 		return nil
 	}
 	return v.SetAddr(w, b)
@@ -199,7 +201,7 @@ func (v *Provider) Connect(w int) {
 	if v.closing || p != nil && (p.ready || p.dialing || p.dead) {
 		return
 	}
-	if !v.known[w] {
+	if !v.hasAddr(w) {
 		// Its address is read from the bootstrap now, not at Init: a
 		// process reads the addresses of the peers it talks to.
 		if !v.learning[w] {
@@ -364,7 +366,7 @@ func (v *Provider) serve(c net.Conn) {
 		time.Sleep(time.Millisecond)
 		v.mu.Lock()
 	}
-	if v.closing || !v.isPeer[w] || !v.known[w] || v.eng.Failed(w) {
+	if v.closing || !v.isPeer[w] || !v.hasAddr(w) || v.eng.Failed(w) {
 		v.mu.Unlock()
 		return
 	}

@@ -212,8 +212,7 @@ type Provider struct {
 
 	eng      Engine
 	mu       sync.Locker // the engine's lock, which the handshakes take
-	addrs    []peerAddr  // by world rank, from the bootstrap
-	known    []bool      // by world rank: addrs holds its address
+	addrs    []peerAddr  // by world rank, from the bootstrap (tcp "" until known)
 	learning []bool      // by world rank: its address is being read (learn)
 	resolve  func(ctx context.Context, w int) ([]byte, error)
 	isPeer   []bool // by world rank: reached over verbs
@@ -247,7 +246,7 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 	v := &Provider{me: cfg.Me, qpConf: cfg.QP, peers: make([]*link, size), byQPN: map[uint32]*link{},
 		staged: map[uint64]*verbs.MR{}, mem: cfg.Mem, reads: make([]vRead, 0, 64),
 		oneSided: make([]inflight, 0, vMaxOneSided), eng: eng, mu: mu, addrs: make([]peerAddr, size), isPeer: make([]bool, size),
-		known: make([]bool, size), learning: make([]bool, size), resolve: cfg.Resolve, waited: make([]bool, size)}
+		learning: make([]bool, size), resolve: cfg.Resolve, waited: make([]bool, size)}
 	for _, w := range peers {
 		v.isPeer[w] = true
 	}
