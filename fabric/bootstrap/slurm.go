@@ -209,9 +209,14 @@ func scontrolNodeAddr(ctx context.Context, name string) (string, error) {
 	return "", fmt.Errorf("bootstrap: scontrol gives no NodeAddr for %s", name)
 }
 
-// slurmPort is RIVET_RENDEZVOUS_PORT, or a port in 30000–59999 that
+// slurmPort is RIVET_RENDEZVOUS_PORT, or a port in 20000–32767 that
 // every task of the step derives alike from SLURM_JOB_ID and
-// SLURM_STEP_ID, so that concurrent steps rarely collide.
+// SLURM_STEP_ID, so that concurrent steps rarely collide. The range ends
+// below Linux's ephemeral ports (32768–60999 by default): a port there may
+// be any connection's local end (30000–59999, as before, once met rank 0
+// with "bind: address already in use" and failed the step).
+const slurmPortMin, slurmPortMax = 20000, 32767
+
 func slurmPort() (int, error) {
 	if v := os.Getenv("RIVET_RENDEZVOUS_PORT"); v != "" {
 		p, err := strconv.Atoi(v)
@@ -226,7 +231,7 @@ func slurmPort() (int, error) {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(job + "." + os.Getenv("SLURM_STEP_ID")))
-	return 30000 + int(h.Sum32()%30000), nil
+	return slurmPortMin + int(h.Sum32()%(slurmPortMax-slurmPortMin+1)), nil
 }
 
 // maxHosts bounds what a hostlist may expand to: "a[0-9999]b[0-9999]"

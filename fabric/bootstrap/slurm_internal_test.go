@@ -92,3 +92,22 @@ func TestSlurmPlacement(t *testing.T) {
 		})
 	}
 }
+
+// TestSlurmPort: the derived store port stays below Linux's ephemeral
+// ports (32768 and up by default), where any connection's local end may
+// hold it, and RIVET_RENDEZVOUS_PORT overrides it.
+func TestSlurmPort(t *testing.T) {
+	t.Setenv("RIVET_RENDEZVOUS_PORT", "")
+	for job := range 2000 {
+		t.Setenv("SLURM_JOB_ID", strconv.Itoa(job))
+		t.Setenv("SLURM_STEP_ID", "0")
+		p, err := slurmPort()
+		if err != nil || p < 20000 || p >= 32768 {
+			t.Fatalf("job %d: port %d, %v", job, p, err)
+		}
+	}
+	t.Setenv("RIVET_RENDEZVOUS_PORT", "40000")
+	if p, err := slurmPort(); p != 40000 || err != nil {
+		t.Errorf("RIVET_RENDEZVOUS_PORT=40000: %d, %v", p, err)
+	}
+}
