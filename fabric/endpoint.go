@@ -33,6 +33,11 @@ var randRead = rand.Read
 // testHookBeforeUnlink lets tests die at the worst moment for cleanup.
 var testHookBeforeUnlink func(*Endpoint)
 
+// testHookVerbsInitial, if set, is the verbs credits a peer gets when it
+// connects (rdma.Config.Initial): tests about messages already at the
+// receiver have them all sent before it polls.
+var testHookVerbsInitial int
+
 // Endpoint is this process's place in a job: its bootstrap, providers and
 // matching engine, and the world and self communicators.
 type Endpoint struct {
@@ -273,7 +278,7 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 			return fmt.Errorf("fabric: world rank %d is on another node, and the shm provider was chosen: %w", remote[0], ErrNoRoute)
 		}
 		v, err := newVerbsProvider(rdma.Config{Device: ep.opts.pickDevice(slices.Index(ep.node, ep.rank)), QP: ep.opts.qpConfig(),
-			Me: ep.rank, Size: ep.size, Peers: remote, Spare: ep.size - ep.jobSize, Mem: &ep.mem,
+			Me: ep.rank, Size: ep.size, Peers: remote, Mem: &ep.mem, Initial: testHookVerbsInitial,
 			Resolve: func(ctx context.Context, w int) ([]byte, error) { return b.Get(ctx, w, "verbs") }},
 			ep.e, ep.opts.sources&SourceCompletion != 0)
 		switch {
@@ -539,13 +544,26 @@ func (ep *Endpoint) releaseID(id uint32) {
 	ep.idMu.Unlock()
 }
 
+// closeFlushWait bounds how long Close waits for the control frames it
+// owes live peers to find room at them.
+const closeFlushWait = 10 * time.Second
+
 // Close leaves the job: peers see a clean exit, not a failure. Requests
-// still in progress are abandoned. Close is idempotent.
+// still in progress are abandoned; what this process owes its peers for
+// those that completed (a rendezvous FIN, a notice) it still sends,
+// waiting up to 10 s for room at a peer that does not poll. Close is
+// idempotent.
 func (ep *Endpoint) Close() error {
 	if ep.closed.Swap(true) {
 		return nil
 	}
 	ep.e.flushFT() // an agreement's decision, passed on before leaving
+	// Control frames that wait for room at their peer — a rendezvous FIN
+	// for a receive that completed here, a notice — go before the
+	// goodbye: their peers are alive and make room once they poll.
+	ctx, cancel := context.WithTimeout(context.Background(), closeFlushWait)
+	_ = ep.e.waitUntil(ctx, ep.e.ctlSent)
+	cancel()
 	if ep.byePids != nil {
 		// First: a peer that loses this process from here on, by a
 		// connection or its pidfd, finds the goodbye queued.

@@ -373,6 +373,25 @@ func (e *engine) progress() int {
 	return n
 }
 
+// ctlSent reports whether no control frame waits for room at a peer not
+// known failed (Close waits for it).
+func (e *engine) ctlSent() bool {
+	if e.npend == 0 {
+		return true
+	}
+	for w := range e.pending {
+		if e.failed[w] != nil {
+			continue
+		}
+		for r := e.pending[w].head; r != nil; r = r.next {
+			if r.kind == reqCtl {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // dropPending ends the frames queued for peer: sends fail with errFor's
 // error, control frames are dropped.
 func (e *engine) dropPending(peer int, errFor func(*op) error) {

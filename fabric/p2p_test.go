@@ -20,6 +20,9 @@ func init() {
 	progs.Add("sizes", progSizes)
 	progs.Add("order", progOrder)
 	progs.Add("fair", progFair)
+	// Over verbs, a peer's first credits must hold all it sends: 3 × 64
+	// of the pool's 256 buffers.
+	progs.BeforeInit("fair", func() { testHookVerbsInitial = 64 })
 	progs.Add("many", progMany)
 	progs.Add("cancel", progCancel)
 	progs.Add("probe", progProbe)
@@ -149,7 +152,7 @@ func TestOrder(t *testing.T) { runOK(t, 4, "order") }
 // receives from AnySource then take from all three in turn.
 func progFair(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
-	const each = 60 // fits in a ring without the receiver's help
+	const each = 60 // fits in a ring (or the verbs credits) without the receiver's help
 	// Connections first: a provider may make them on first use (verbs),
 	// and the test is about messages already there.
 	if w.Rank() != 0 {

@@ -38,10 +38,9 @@ import (
 //
 // Until then a peer costs nothing: its address, unless SetAddr gave it
 // at start, is read from the bootstrap (Config.Resolve) when either side
-// first connects, so a process reads
-// the addresses of the peers it talks to, not of all (at the launcher,
-// lookups that grow with the job, not with its square); no queue pair,
-// no receive buffers (0.5 MiB a peer once connected).
+// first connects, so a process reads the addresses of the peers it talks
+// to, not of all (at the launcher, lookups that grow with the job, not
+// with its square); no queue pair, no credits from the receive pool.
 
 // peerAddr is what the bootstrap says about a peer.
 type peerAddr struct {
@@ -218,8 +217,8 @@ func (v *Provider) Connect(w int) {
 		}
 	}
 	p.dialing = true
-	qpn, psn := p.qp.QPN(), p.qp.PSN()
-	v.handshakeGo(func() { v.dial(w, qpn, psn) })
+	hello := wire.Hello{Rank: uint32(v.me), Token: v.addrs[w].token, QPN: p.qp.QPN(), PSN: p.qp.PSN(), Credits: p.granted}
+	v.handshakeGo(func() { v.dial(w, hello) })
 }
 
 // deadNoPeer records that no queue pair could be made for world rank w;
@@ -231,10 +230,9 @@ func (v *Provider) deadNoPeer(w int, err error) {
 
 const vHandshakeTimeout = 30 * time.Second
 
-// dial runs our side of a handshake with world rank w, whose queue pair
-// for us exists as (qpn, psn).
-func (v *Provider) dial(w int, qpn, psn uint32) {
-	err := v.handshake(w, qpn, psn)
+// dial runs our side of a handshake with world rank w, saying hello.
+func (v *Provider) dial(w int, hello wire.Hello) {
+	err := v.handshake(w, hello)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closing {
@@ -265,7 +263,7 @@ func handshakeFault(w int, err error) error {
 	return fmt.Errorf("%w: connecting to world rank %d: %v", ErrNoRoute, w, err)
 }
 
-func (v *Provider) handshake(w int, qpn, psn uint32) error {
+func (v *Provider) handshake(w int, req wire.Hello) error {
 	ctx, cancel := context.WithTimeout(v.hsCtx, vHandshakeTimeout)
 	defer cancel()
 	var d net.Dialer
@@ -280,7 +278,6 @@ func (v *Provider) handshake(w int, qpn, psn uint32) error {
 	}
 	defer release()
 	c.SetDeadline(time.Now().Add(vHandshakeTimeout))
-	req := wire.Hello{Rank: uint32(v.me), Token: v.addrs[w].token, QPN: qpn, PSN: psn}
 	if _, err := c.Write(req.Marshal()); err != nil {
 		return err
 	}
@@ -297,6 +294,7 @@ func (v *Provider) handshake(w int, qpn, psn uint32) error {
 		return err
 	}
 	v.peers[w].ready = true // it answered, so its side is connected
+	v.peers[w].credit(resp.Credits)
 	v.mu.Unlock()
 	_, err = c.Write([]byte{1})
 	return err
@@ -311,6 +309,11 @@ func (v *Provider) connectQP(w int, qpn, psn uint32) error {
 	p := v.peers[w]
 	if p.connected {
 		return nil
+	}
+	if p.dead {
+		// Lost already, its credits back in the pool or on their way:
+		// nothing of its may land.
+		return fmt.Errorf("rank %d is lost", w)
 	}
 	remote := verbs.Endpoint{GID: v.addrs[w].gid, QPN: qpn, PSN: psn}
 	if err := p.qp.Connect(remote, v.connectConfig()); err != nil {
@@ -383,7 +386,8 @@ func (v *Provider) serve(c net.Conn) {
 		v.mu.Unlock()
 		return
 	}
-	resp := wire.Hello{Rank: uint32(v.me), Token: v.addrs[w].token, QPN: p.qp.QPN(), PSN: p.qp.PSN()}
+	p.credit(req.Credits)
+	resp := wire.Hello{Rank: uint32(v.me), Token: v.addrs[w].token, QPN: p.qp.QPN(), PSN: p.qp.PSN(), Credits: p.granted}
 	v.mu.Unlock()
 	if _, err := c.Write(resp.Marshal()); err != nil {
 		return

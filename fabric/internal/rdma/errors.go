@@ -17,4 +17,5 @@ var (
 	ErrTooLong = errors.New("longer than the port's largest message")
 
 	errClosing = errors.New("the provider is closing")
+	errFenced  = errors.New("declared failed by this process")
 )

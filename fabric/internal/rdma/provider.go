@@ -6,15 +6,13 @@
 // every peer's sends complete on one completion queue, each peer's
 // receives on its own (polled in turn, for fairness).
 //
-// Eager messages (≤ 8 KiB) are RDMA sends into receive buffers posted in
-// advance, vCredits per peer. A sender holds a credit per free buffer at
-// the receiver and never sends without one, so a receive is never missing
-// (no receiver-not-ready NAKs, whose retries rxe would spend) and the
-// memory for them is fixed. The receiver returns credits as a running
-// count of the buffers it consumed and posted again: in the header of
-// every frame it sends back, and, when it has no traffic going back, by an
-// RDMA write of the count into the sender's control words — a write
-// consumes no receive buffer, so credits can never deadlock.
+// Eager messages (≤ 8 KiB) are RDMA sends into one pool of receive
+// buffers, posted in advance to a shared receive queue: vPool of them
+// (2 MiB), whatever the number of peers. A sender holds a credit per
+// buffer the receiver set aside for it and never sends without one, so a
+// receive is never missing (no receiver-not-ready NAKs, which would stall
+// the queue pair) and the memory for them is fixed; the receiver grants
+// credits from the pool to the peers that use them (credits.go).
 //
 // Longer messages go by rendezvous: the RTS frame names the message by
 // address and rkey, the receiver RDMA-reads it and answers with FIN. Memory
@@ -55,21 +53,20 @@ import (
 const Eager = vEager
 
 const (
-	vEager       = 8 << 10  // largest eager payload
-	vCredits     = 64       // receive buffers per peer
-	vSendSlots   = 128      // staging slots for sends that are not inline
-	vInline      = 256      // QP inline capacity; frames up to it go inline
-	vSQ          = 512      // send queue depth per peer
+	vEager     = 8 << 10 // largest eager payload
+	vSendSlots = 128     // staging slots for sends that are not inline
+	vInline    = 256     // QP inline capacity; frames up to it go inline
+	// vSQ is the send queue depth per peer: 2^k-1, since rxe makes a ring
+	// of the next power of two above the depth asked for, of 512-byte
+	// slots (256 bytes inline): 128 KiB a peer (512 asked for 512 KiB).
+	vSQ          = 255
 	vStageKeep   = 64 << 20 // staging memory kept for reuse
-	vCtlWords    = 2        // per world rank: credits from it, its goodbye
 	vMaxOneSided = 1024     // one-sided operations in flight
-	// vRepostBatch is how many consumed receive buffers a poll posts
+	// vRepostBatch is how many delivered receive buffers a poll posts
 	// again at once: one post per buffer cost a ping-pong about 270
 	// guest instructions per message, a tenth of the fabric's own
-	// (lab/insncount.sh). The sender's window shrinks by at most
-	// vRepostBatch-1 buffers; with vRepostBatch ≤ vCredits/2 a sender
-	// out of credits always has vCredits/2 consumed buffers waiting to be
-	// reported, so writeCredits still returns them.
+	// (lab/insncount.sh). A sender whose credits wait in a batch asks
+	// for them (canSend), and the request posts the batch.
 	vRepostBatch = 16
 )
 
@@ -93,29 +90,37 @@ const (
 type link struct {
 	world int
 	qp    *verbs.QP
-	rcq   *verbs.CQ // receives from this peer alone, for fair polling
-	recv  *verbs.MR // vCredits receive buffers
-	// Their receive requests, made once and listed twice over, so that
-	// any vCredits or fewer in a row (mod vCredits) are one slice.
-	rwr  [2 * vCredits]verbs.RecvWR
-	rsge [vCredits]verbs.SGE
+	rcq   *verbs.CQ // receives from this peer alone (vWindow at most), for fair polling
 	// Connection: our queue pair is connected (RTS) to the peer's; the
 	// peer's is connected too, so frames may go; a handshake is under way.
 	connected, ready, dialing bool
 	ctl                       verbs.RemoteBuf // the peer's control words
-	// Credits, as running counts modulo 2^32: frames sent to the peer and
-	// the peer's count of our frames it consumed; frames from the peer we
-	// took, those of them we consumed (their buffers posted again), and the
-	// last count we told it. Buffers go back in the order they filled, so
-	// the next to post again is buffer consumed mod vCredits.
-	sent, acked               uint32
-	taken, consumed, reported uint32
-	oneSided                  Counts
-	probing                   bool      // a probe is in flight
-	beat                      uint64    // the peer's heartbeat count, as last read
-	beatAt                    time.Time // when that read's completion was taken; zero before
-	beatBusy                  bool      // a read is in flight
-	dead                      bool      // its queue pair failed
+	// Credits for our frames to the peer (credits.go), as running counts
+	// modulo 2^32: frames sent (and credits burned), the peer's granted
+	// count as last heard, credits burned; requests made, and the sent
+	// count at the last (asked: one is made); the peer's revoke count as
+	// last seen.
+	sent, limit, burned, requests, askedAt, revokeSeen uint32
+	asked                                              bool
+
+	// Credits for its frames to us: granted, and the count we last told
+	// it; its frames delivered; its burned count and request word as last
+	// seen; our revokes and the count of them told; its window (grant).
+	granted, told, taken, burnSeen, revokes, revokesTold uint32
+	requestSeen                                          uint64
+	window                                               int
+
+	starving bool // it asked for credits and waits for the pool
+	revoked  bool // asked to give back unused credits since last granted any
+	faulted  bool // lost: its credits go back at the next poll (release)
+	released bool // they went back
+
+	oneSided Counts
+	probing  bool      // a probe is in flight
+	beat     uint64    // the peer's heartbeat count, as last read
+	beatAt   time.Time // when that read's completion was taken; zero before
+	beatBusy bool      // a read is in flight
+	dead     bool      // its queue pair failed
 }
 
 type vRead struct {
@@ -168,8 +173,11 @@ type Config struct {
 	Me     int                 // this process's world rank
 	Size   int                 // the universe's size: every world rank is below it
 	Peers  []int               // world ranks reached through this provider
-	Spare  int                 // how many more a spawn may add (AddPeer)
 	Mem    Registry
+	// Initial is how many credits (receive buffers) each peer gets when
+	// it connects, as far as the pool allows; 0 means 4. More are granted
+	// as it uses them.
+	Initial int
 	// Resolve reads the published address (Address) of world rank w, a
 	// peer, from the bootstrap; it is called, once a peer, when this
 	// process first connects to w or w to it, from a goroutine of the
@@ -182,7 +190,8 @@ type Provider struct {
 	qpConf   verbs.ConnectConfig // timeout and retry count for every queue pair
 	dev      *verbs.Context
 	pd       *verbs.PD
-	cq       *verbs.CQ
+	cq       *verbs.CQ   // the first of cqs, which the loopback pair uses
+	cqs      []*verbs.CQ // send CQs, one per cqShard peers (sendCQ)
 	gid      hw.GID
 	gidIndex int
 	me       int
@@ -198,7 +207,7 @@ type Provider struct {
 	byIx     []*link   // peers with a queue pair, in the order they got it
 	sendBuf  *verbs.MR // vSendSlots staging slots for frames too long to go inline
 	free     []int     // free send slots
-	ctl      *verbs.MR // vCtlWords per world rank, then the source word, the heartbeat word and the fence word (ctlSrc…)
+	ctl      *verbs.MR // vCtlWords per world rank, then the words from ctlSrc on
 	beats    *verbs.MR // a word per world rank: where reads of heartbeats land
 	mem      Registry
 
@@ -209,6 +218,25 @@ type Provider struct {
 	stages    [64][]*verbs.MR // free staging buffers by size class
 	kept      int
 	dead      []peerFault // failures noticed outside a poll
+
+	// The receive pool: its buffers, their receive requests (made once),
+	// which peer's frame each holds, and those delivered and waiting to
+	// be posted again (repost); credits granted and not yet back
+	// (credits.go); peers queued for credits; the doorbell's count as last
+	// seen; buffers lost with a failed peer's queue pair (release).
+	srq       *verbs.SRQ
+	recv      *verbs.MR
+	rwr       [vPool]verbs.RecvWR
+	rsge      [vPool]verbs.SGE
+	owner     [vPool]*link
+	toPost    []int
+	postWR    [vPool]verbs.RecvWR
+	committed int
+	regrant   bool // a peer has used half its window: repost now
+	initial   int  // credits a peer gets in the handshake (Config.Initial)
+	starving  []*link
+	bellSeen  uint64
+	lost      int
 
 	eng      Engine
 	mu       sync.Locker // the engine's lock, which the handshakes take
@@ -230,6 +258,8 @@ type Provider struct {
 	wcs          [32]verbs.WorkCompletion
 	sge          [1]verbs.SGE
 	wr           [1]verbs.SendWR
+	bellSGE      [1]verbs.SGE
+	wr2          [2]verbs.SendWR
 	h            wire.Header  // the frame being delivered: here, not on the stack,
 	pl           wire.Payload // since the Engine's methods might keep them
 }
@@ -246,7 +276,10 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 	v := &Provider{me: cfg.Me, qpConf: cfg.QP, peers: make([]*link, size), byQPN: map[uint32]*link{},
 		staged: map[uint64]*verbs.MR{}, mem: cfg.Mem, reads: make([]vRead, 0, 64),
 		oneSided: make([]inflight, 0, vMaxOneSided), eng: eng, mu: mu, addrs: make([]peerAddr, size), isPeer: make([]bool, size),
-		learning: make([]bool, size), resolve: cfg.Resolve, waited: make([]bool, size)}
+		learning: make([]bool, size), resolve: cfg.Resolve, waited: make([]bool, size), initial: vInitial}
+	if cfg.Initial > 0 {
+		v.initial = min(cfg.Initial, vWindow)
+	}
 	for _, w := range peers {
 		v.isPeer[w] = true
 	}
@@ -270,25 +303,20 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 	if v.pd, err = v.dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("verbs provider: %w", err)
 	}
-	// Every completion on it is for a request in a send queue: the peers'
-	// and the loopback pair's.
-	cqe := (len(peers)+cfg.Spare+1)*vSQ + vSendSlots + vMaxOneSided
-	if max := v.dev.Attr().MaxCQE; max > 0 && cqe > max {
-		return nil, fmt.Errorf("verbs provider: %d peers need %d completion queue entries, %s has %d", len(peers), cqe, v.dev.Name(), max)
-	}
-	// Every queue and completion queue here is used with the engine's
-	// lock held, so they take no lock of their own (Unlocked): each lock
-	// taken and released cost about 50 ns under TCG, twice between a
-	// message's arrival and the answer's doorbell.
-	if v.cq, err = v.dev.NewCQ(verbs.CQConfig{Size: cqe, Unlocked: true}); err != nil {
-		return nil, fmt.Errorf("verbs provider: %w", err)
+	// The first send CQ, which the loopback pair shares with the first
+	// peers.
+	if v.cq, err = v.newSendCQ(cqShard + 1); err != nil {
+		return nil, err
 	}
 	if v.sendBuf, err = v.pd.Alloc(vSendSlots*vSlotSize, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("verbs provider: send buffers: %w", err)
 	}
-	// Peers write credits, goodbyes and verdicts here, and read the
-	// heartbeat.
-	if v.ctl, err = v.pd.Alloc(ctlLen(size), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
+	if err := v.newPool(); err != nil {
+		return nil, err
+	}
+	// Peers write credits, goodbyes and verdicts here, ring the doorbell
+	// and read the heartbeat.
+	if v.ctl, err = v.pd.Alloc(ctlLen(size), verbs.AccessAll); err != nil {
 		return nil, fmt.Errorf("verbs provider: control words: %w", err)
 	}
 	if v.beats, err = v.pd.Alloc(size*8, verbs.AccessLocalWrite); err != nil {
@@ -309,8 +337,57 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 	return v, nil
 }
 
-// newPeer makes world rank w's queue pair, its receive queue's completion
-// queue and buffers, and posts the buffers; with the engine's lock held.
+// cqShard is how many peers' queue pairs share a send CQ. Each may hold
+// vSQ requests, and a queue pair that fails completes every one, signaled
+// or not: a CQ for every peer at start (as one was) would need vSQ
+// entries a peer — more than rxe allows one CQ beyond 62 peers, and 36
+// KiB a peer never talked to. So CQs are made as peers connect.
+const cqShard = 16
+
+// newSendCQ makes a send CQ for the send queues of qps queue pairs.
+func (v *Provider) newSendCQ(qps int) (*verbs.CQ, error) {
+	// Every queue and completion queue here is used with the engine's
+	// lock held, so they take no lock of their own (Unlocked): each lock
+	// taken and released cost about 50 ns under TCG, twice between a
+	// message's arrival and the answer's doorbell.
+	cq, err := v.dev.NewCQ(verbs.CQConfig{Size: qps * vSQ, Unlocked: true})
+	if err != nil {
+		return nil, fmt.Errorf("verbs provider: send completion queue: %w", err)
+	}
+	v.cqs = append(v.cqs, cq)
+	return cq, nil
+}
+
+// sendCQ returns the send CQ for the next peer's queue pair.
+func (v *Provider) sendCQ() (*verbs.CQ, error) {
+	if k := len(v.byIx) / cqShard; k < len(v.cqs) {
+		return v.cqs[k], nil
+	}
+	return v.newSendCQ(cqShard)
+}
+
+// newPool makes the shared receive queue and its buffers, and posts them.
+func (v *Provider) newPool() (err error) {
+	if v.srq, err = v.pd.NewSRQ(verbs.SRQConfig{MaxWR: vPool}); err != nil {
+		return fmt.Errorf("verbs provider: shared receive queue: %w", err)
+	}
+	if v.recv, err = v.pd.Alloc(vPool*vSlotSize, verbs.AccessLocalWrite); err != nil {
+		return fmt.Errorf("verbs provider: receive buffers: %w", err)
+	}
+	for k := range vPool {
+		v.rsge[k] = verbs.SGE{MR: v.recv, Offset: uint64(k * vSlotSize), Length: vSlotSize}
+		v.rwr[k] = verbs.RecvWR{ID: wrRecv | uint64(k), Local: v.rsge[k : k+1]}
+	}
+	v.toPost = make([]int, 0, vPool)
+	if err := v.srq.PostRecv(v.rwr[:]...); err != nil {
+		return fmt.Errorf("verbs provider: receive buffers: %w", err)
+	}
+	return nil
+}
+
+// newPeer makes world rank w's queue pair and its receive completion
+// queue, and sets credits aside for it (vInitial, as the pool allows),
+// which the handshake tells it; with the engine's lock held.
 func (v *Provider) newPeer(w int) (_ *link, err error) {
 	p := &link{world: w}
 	defer func() {
@@ -318,24 +395,20 @@ func (v *Provider) newPeer(w int) (_ *link, err error) {
 			p.close()
 		}
 	}()
-	if p.rcq, err = v.dev.NewCQ(verbs.CQConfig{Size: vCredits, Unlocked: true}); err != nil {
-		return nil, fmt.Errorf("verbs provider: %w", err)
-	}
-	if p.recv, err = v.pd.Alloc(vCredits*vSlotSize, verbs.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("verbs provider: receive buffers: %w", err)
-	}
-	if p.qp, err = v.pd.NewQP(verbs.QPConfig{SendCQ: v.cq, RecvCQ: p.rcq, MaxSendWR: vSQ,
-		MaxRecvWR: vCredits, MaxInline: vInline, Unlocked: true}); err != nil {
-		return nil, fmt.Errorf("verbs provider: queue pair for rank %d: %w", w, err)
-	}
-	for k := range vCredits {
-		p.rsge[k] = verbs.SGE{MR: p.recv, Offset: uint64(k * vSlotSize), Length: vSlotSize}
-		wr := verbs.RecvWR{ID: wrRecv | uint64(w)<<8 | uint64(k), Local: p.rsge[k : k+1]}
-		p.rwr[k], p.rwr[k+vCredits] = wr, wr
-	}
-	if err := p.postRecvs(0, vCredits); err != nil {
+	scq, err := v.sendCQ()
+	if err != nil {
 		return nil, err
 	}
+	if p.rcq, err = v.dev.NewCQ(verbs.CQConfig{Size: vWindow, Unlocked: true}); err != nil {
+		return nil, fmt.Errorf("verbs provider: %w", err)
+	}
+	if p.qp, err = v.pd.NewQP(verbs.QPConfig{SendCQ: scq, RecvCQ: p.rcq, SRQ: v.srq, MaxSendWR: vSQ,
+		MaxInline: vInline, Unlocked: true}); err != nil {
+		return nil, fmt.Errorf("verbs provider: queue pair for rank %d: %w", w, err)
+	}
+	p.window = v.initial
+	v.grant(p)
+	p.told = p.granted
 	p.ctl = v.addrs[w].ctl
 	v.peers[w], v.byQPN[p.qp.QPN()] = p, p
 	v.byIx = append(v.byIx, p)
@@ -345,9 +418,6 @@ func (v *Provider) newPeer(w int) (_ *link, err error) {
 func (p *link) close() {
 	if p.qp != nil {
 		p.qp.Close()
-	}
-	if p.recv != nil {
-		p.recv.Close()
 	}
 	if p.rcq != nil {
 		p.rcq.Close()
@@ -420,22 +490,24 @@ func (v *Provider) FailureBound() time.Duration {
 	return verbs.RetryBound(v.qpConf.Timeout, v.qpConf.RetryCount)
 }
 
-// postRecvs posts p's receive buffers first, first+1, … (mod vCredits),
-// n of them, with one call; a work request ID names the peer and buffer.
-func (p *link) postRecvs(first uint32, n int) error {
-	k := int(first % vCredits)
-	return p.qp.PostRecv(p.rwr[k : k+n]...)
+// ctlWord is control word k (ctlCredit…) of world rank w.
+func (v *Provider) ctlWord(w, k int) *uint64 { return v.ctlAt(uint64((w*vCtlWords + k) * 8)) }
+
+// ctlAt is the control word at offset off.
+func (v *Provider) ctlAt(off uint64) *uint64 {
+	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[off]))
 }
 
-func (v *Provider) ctlWord(w, k int) *uint64 {
-	return (*uint64)(unsafe.Pointer(&v.ctl.Bytes()[(w*vCtlWords+k)*8]))
-}
+// putWord stores val in mr at offset off.
+func putWord(mr *verbs.MR, off, val uint64) { binary.NativeEndian.PutUint64(mr.Bytes()[off:], val) }
 
 // The words after the per-rank ones in the control memory, by index.
 const (
-	ctlSrc   = iota // what this process writes into a peer's words comes from here
-	ctlBeat         // its heartbeat count, which peers read
-	ctlFence        // set by a peer that declared this process failed
+	ctlSrc     = iota // what this process writes into a peer's words comes from here
+	ctlBeat           // its heartbeat count, which peers read
+	ctlFence          // set by a peer that declared this process failed
+	ctlBell           // the doorbell: peers add one after writing a credit word (credits.go)
+	ctlBellOut        // where the doorbell's old value lands when this process rings one
 	ctlExtra
 )
 
@@ -491,11 +563,9 @@ func (v *Provider) Fence(w int) {
 		return
 	}
 	p.dead = true
-	if !p.connected {
-		return
-	}
-	if v.writeCtlAt(p, ctlOff(len(v.peers), ctlFence), 1, wrFence|uint64(w)) != nil {
-		p.qp.SetError()
+	if !p.connected || v.writeCtlAt(p, ctlOff(len(v.peers), ctlFence), 1, wrFence|uint64(w)) != nil {
+		p.faulted = true // Poll puts its queue pair in error and its credits back
+		v.dead = append(v.dead, peerFault{w, errFenced})
 	}
 }
 
@@ -508,13 +578,8 @@ func (v *Provider) Send(peer int, h *wire.Header, payload []byte) bool {
 		v.Connect(peer)
 		return false
 	}
-	if p.sent-p.acked >= vCredits {
-		if c := uint32(atomic.LoadUint64(v.ctlWord(peer, 0))); int32(c-p.acked) > 0 {
-			p.acked = c
-		}
-		if p.sent-p.acked >= vCredits {
-			return false
-		}
+	if !v.canSend(p) {
+		return false
 	}
 	addr, key := h.Addr, uint32(0)
 	if h.Kind == wire.RTS {
@@ -545,7 +610,7 @@ func (v *Provider) Send(peer int, h *wire.Header, payload []byte) bool {
 		// Unsignaled, and straight from the header on the stack and the
 		// caller's payload into the work request.
 		var hb [wire.VerbsHeaderLen]byte
-		wire.PutVerbs(hb[:hl], h, addr, key, p.consumed)
+		wire.PutVerbs(hb[:hl], h, addr, key, p.granted)
 		err = p.qp.PostSendInline(wrSend|vSendSlots, 0, hb[:hl], payload)
 	} else {
 		if len(v.free) == 0 {
@@ -553,7 +618,7 @@ func (v *Provider) Send(peer int, h *wire.Header, payload []byte) bool {
 		}
 		slot := v.free[len(v.free)-1]
 		b := v.sendBuf.Bytes()[slot*vSlotSize : slot*vSlotSize+n]
-		wire.PutVerbs(b, h, addr, key, p.consumed)
+		wire.PutVerbs(b, h, addr, key, p.granted)
 		copy(b[hl:], payload)
 		v.sge[0] = verbs.SGE{MR: v.sendBuf, Offset: uint64(slot * vSlotSize), Length: uint32(n)}
 		v.wr[0] = verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: verbs.Signaled, Local: v.sge[:]}
@@ -569,7 +634,7 @@ func (v *Provider) Send(peer int, h *wire.Header, payload []byte) bool {
 		return true
 	}
 	p.sent++
-	p.reported = p.consumed
+	p.told = p.granted
 	return true
 }
 
@@ -707,10 +772,9 @@ func (v *Provider) Poll(budget, direct int) int {
 		}
 		v.deferred = v.deferred[1:]
 	}
-	for _, p := range v.byIx {
-		v.repostDue(p)
-	}
-	got := v.drain(v.cq, min(budget, len(v.wcs)))
+	v.doorbell()
+	v.repostDue()
+	got := v.drainSends(budget)
 	// Receives: a few frames per peer per round, starting with a
 	// different peer each time, so that one busy sender cannot starve the
 	// others (their frames wait in their own queues, as on shm).
@@ -727,7 +791,7 @@ func (v *Provider) Poll(budget, direct int) int {
 		if v.byIx[i].world == direct {
 			continue // a blocking receive reads these itself
 		}
-		got += v.drain(v.byIx[i].rcq, min(8, budget-got))
+		got += v.drainRecv(v.byIx[i], min(8, budget-got))
 	}
 	// Failures last, and each only once the peer's frames that arrived
 	// before it are delivered: what a peer sent before it died (or said
@@ -736,8 +800,14 @@ func (v *Provider) Poll(budget, direct int) int {
 		f := v.dead[0]
 		v.dead = v.dead[1:]
 		if p := v.peers[f.peer]; p != nil {
-			for v.drain(p.rcq, len(v.wcs)) > 0 {
+			// Nothing more of its lands once its queue pair is in error;
+			// what did is delivered, and its credits go back.
+			if p.connected {
+				p.qp.SetError()
 			}
+			for v.drainRecv(p, len(v.wcs)) > 0 {
+			}
+			v.release(p)
 		}
 		v.fail(f.peer, f.cause)
 		got++
@@ -748,16 +818,40 @@ func (v *Provider) Poll(budget, direct int) int {
 // PollOneSided handles the completions on the queue where sends and
 // one-sided operations complete, and returns how many it handled: what a
 // flush waits for, without the rest of Poll.
-func (v *Provider) PollOneSided() int { return v.drain(v.cq, len(v.wcs)) }
+func (v *Provider) PollOneSided() int { return v.drainSends(len(v.wcs)) }
 
-// drain handles up to max completions from cq.
+// drainSends handles up to budget completions from the send CQs.
+func (v *Provider) drainSends(budget int) int {
+	got := 0
+	for _, cq := range v.cqs {
+		if got >= budget {
+			break
+		}
+		got += v.drain(cq, min(budget-got, len(v.wcs)))
+	}
+	return got
+}
+
+// drain handles up to max completions from a send CQ.
 func (v *Provider) drain(cq *verbs.CQ, max int) int {
 	n, err := cq.Poll(v.wcs[:max])
 	if err != nil {
 		return 0
 	}
 	for k := 0; k < n; k++ {
-		v.complete(&v.wcs[k])
+		v.complete(&v.wcs[k], nil)
+	}
+	return n
+}
+
+// drainRecv handles up to max of p's receive completions.
+func (v *Provider) drainRecv(p *link, max int) int {
+	n, err := p.rcq.Poll(v.wcs[:max])
+	if err != nil {
+		return 0
+	}
+	for k := 0; k < n; k++ {
+		v.complete(&v.wcs[k], p)
 	}
 	return n
 }
@@ -774,31 +868,35 @@ func (v *Provider) TakeDirect(w int, ctx uint32, src, tag int, buf []byte) (n, g
 	// As poll does. Here too, since a receive whose message is already
 	// waiting returns without the general progress: the sender must not
 	// run out of credits in a stream of those.
-	v.repostDue(p)
+	v.repostDue()
 	if k, err := p.rcq.Poll(v.wcs[:1]); k == 0 || err != nil {
 		return 0, 0, false, false
 	}
 	wc := &v.wcs[0]
 	if wc.Status == verbs.StatusSuccess && wc.ID&wrKindMask == wrRecv {
 		critpath.Arrived()
-		b := p.frame(int(wc.ID&0xff), int(wc.ByteLen))
+		k := int(wc.ID &^ wrKindMask)
+		b := v.frame(k, int(wc.ByteLen))
 		var h wire.Header
 		if hl, c, ok := wire.GetVerbs(b, &h); ok && h.Kind == wire.Eager && h.Size <= uint64(len(buf)) && h.Matches(ctx, src, tag) {
 			p.heard(c)
 			copy(buf, b[hl:])
-			p.taken++ // posted again later, as in received
+			v.take(p, k)
 			return int(h.Size), int(h.Tag), true, true
 		}
 	}
-	v.complete(wc)
+	v.complete(wc, p)
 	return 0, 0, false, true
 }
 
-// complete handles one work completion.
-func (v *Provider) complete(wc *verbs.WorkCompletion) {
+// complete handles one work completion: of a receive from peer from, or
+// from the send queues' CQ (from nil).
+func (v *Provider) complete(wc *verbs.WorkCompletion, from *link) {
 	i := int(wc.ID &^ wrKindMask)
 	if wc.Status != verbs.StatusSuccess {
 		switch wc.ID & wrKindMask {
+		case wrRecv:
+			v.take(from, i) // a message cut short: its buffer goes back
 		case wrSend:
 			if i < vSendSlots { // not an inline send, which holds no slot
 				v.free = append(v.free, i)
@@ -811,8 +909,8 @@ func (v *Provider) complete(wc *verbs.WorkCompletion) {
 		case wrBeat:
 			v.peers[i].beatBusy = false
 		}
-		if p := v.byQPN[wc.QPN]; p != nil && p != v.self && !p.dead {
-			p.dead = true // one report is enough; the QP is in error now
+		if p := v.byQPN[wc.QPN]; p != nil && p != v.self && !p.faulted {
+			p.dead, p.faulted = true, true // one report is enough; the QP is in error now
 			v.dead = append(v.dead, peerFault{p.world, wc.Err()})
 		}
 		return
@@ -820,7 +918,7 @@ func (v *Provider) complete(wc *verbs.WorkCompletion) {
 	switch wc.ID & wrKindMask {
 	case wrRecv:
 		critpath.Arrived()
-		v.received(i>>8, i&0xff, int(wc.ByteLen))
+		v.received(from, i, int(wc.ByteLen))
 	case wrSend:
 		v.free = append(v.free, i)
 	case wrRead:
@@ -834,14 +932,18 @@ func (v *Provider) complete(wc *verbs.WorkCompletion) {
 		p := v.peers[i]
 		p.beat, p.beatAt, p.beatBusy = binary.NativeEndian.Uint64(v.beats.Bytes()[i*8:]), time.Now(), false
 	case wrFence:
-		v.peers[i].qp.SetError()
+		p := v.peers[i]
+		p.qp.SetError()
+		if !p.faulted { // its credits go back once in error (Poll)
+			p.faulted = true
+			v.dead = append(v.dead, peerFault{i, errFenced})
+		}
 	}
 }
 
-// received handles a frame in receive buffer k of world rank w.
-func (v *Provider) received(w, k, n int) {
-	p := v.peers[w]
-	b := p.frame(k, n)
+// received handles a frame from p in receive buffer k.
+func (v *Provider) received(p *link, k, n int) {
+	b := v.frame(k, n)
 	h := &v.h
 	hl, c, ok := wire.GetVerbs(b, h)
 	if !ok {
@@ -862,55 +964,23 @@ func (v *Provider) received(w, k, n int) {
 	// The buffer is free again (deliver copied the frame out), but it is
 	// posted later, with others (vRepostBatch): not between this frame and
 	// whatever the process sends in answer to it.
-	p.taken++
+	v.take(p, k)
 }
 
-// frame is the n bytes that arrived in p's receive buffer k.
-func (p *link) frame(k, n int) []byte { return p.recv.Bytes()[k*vSlotSize : k*vSlotSize+n] }
+// frame is the n bytes that arrived in receive buffer k.
+func (v *Provider) frame(k, n int) []byte { return v.recv.Bytes()[k*vSlotSize : k*vSlotSize+n] }
 
 // heard takes what a frame from p tells beyond its message: p's side is
-// connected (it sends), and its count c of our frames it has consumed.
+// connected (it sends), and its granted count c for our frames.
 func (p *link) heard(c uint32) {
 	p.ready = true
-	if int32(c-p.acked) > 0 {
-		p.acked = c
-	}
-}
-
-// repostDue reposts p's taken buffers once a batch of them is due.
-func (v *Provider) repostDue(p *link) {
-	if p.taken-p.consumed >= vRepostBatch && !p.dead {
-		v.repost(p)
-	}
-}
-
-// repost posts p's buffers taken since it last ran again, with one call,
-// and returns the credits for them.
-func (v *Provider) repost(p *link) {
-	n := int(p.taken - p.consumed)
-	if err := p.postRecvs(p.consumed, n); err != nil {
-		p.taken = p.consumed // once: the peer is failed for it
-		v.dead = append(v.dead, peerFault{p.world, err})
-		return
-	}
-	p.consumed += uint32(n)
-	if p.consumed-p.reported >= vCredits/2 {
-		v.writeCredits(p)
-	}
-}
-
-// writeCredits tells p how many of its frames we consumed, without a
-// frame: an RDMA write into its control words.
-func (v *Provider) writeCredits(p *link) {
-	if v.writeCtl(p, 0, uint64(p.consumed)) == nil {
-		p.reported = p.consumed
-	}
+	p.credit(c)
 }
 
 // writeCtl writes val into p's control word k for this process.
 func (v *Provider) writeCtl(p *link, k int, val uint64) error {
 	id := wrCtl
-	if k == 1 {
+	if k == ctlGoodbye {
 		id |= 1 // signaled: goodbye waits for it
 	}
 	return v.writeCtlAt(p, uint64((v.me*vCtlWords+k)*8), val, id)
@@ -920,7 +990,7 @@ func (v *Provider) writeCtl(p *link, k int, val uint64) error {
 // unless id is plain wrCtl.
 func (v *Provider) writeCtlAt(p *link, off, val uint64, id uint64) error {
 	srcOff := ctlOff(len(v.peers), ctlSrc)
-	binary.NativeEndian.PutUint64(v.ctl.Bytes()[srcOff:], val)
+	putWord(v.ctl, srcOff, val)
 	v.sge[0] = verbs.SGE{MR: v.ctl, Offset: srcOff, Length: 8}
 	v.wr[0] = verbs.SendWR{ID: id, Op: verbs.OpRDMAWrite, Flags: verbs.Inline, Local: v.sge[:], Remote: p.ctl.At(off)}
 	if id != wrCtl {
@@ -1005,7 +1075,7 @@ func (v *Provider) Closed(peer int) bool {
 	if v.closing { // Close unmaps the control words
 		return false
 	}
-	return atomic.LoadUint64(v.ctlWord(peer, 1)) == 1
+	return atomic.LoadUint64(v.ctlWord(peer, ctlGoodbye)) == 1
 }
 
 // Goodbye tells every connected peer that this process is closing on
@@ -1017,19 +1087,21 @@ func (v *Provider) Closed(peer int) bool {
 func (v *Provider) Goodbye() {
 	want := 0
 	for _, p := range v.peers {
-		if p != nil && p.connected && v.writeCtl(p, 1, 1) == nil {
+		if p != nil && p.connected && v.writeCtl(p, ctlGoodbye, 1) == nil {
 			want++
 		}
 	}
 	deadline := time.Now().Add(goodbyeWait)
 	for want > 0 && time.Now().Before(deadline) {
-		n, err := v.cq.Poll(v.wcs[:])
-		if err != nil {
-			return
-		}
-		for k := 0; k < n; k++ {
-			if v.wcs[k].ID == wrCtl|1 {
-				want--
+		for _, cq := range v.cqs {
+			n, err := cq.Poll(v.wcs[:])
+			if err != nil {
+				return
+			}
+			for k := 0; k < n; k++ {
+				if v.wcs[k].ID == wrCtl|1 {
+					want--
+				}
 			}
 		}
 	}
@@ -1057,6 +1129,9 @@ func (v *Provider) Close() error {
 	for _, p := range v.byIx {
 		p.close()
 	}
+	if v.srq != nil {
+		v.srq.Close()
+	}
 	for _, mr := range v.staged {
 		mr.Close()
 	}
@@ -1078,13 +1153,13 @@ func (v *Provider) Close() error {
 	if v.mem != nil {
 		v.mem.Deregister()
 	}
-	for _, mr := range []*verbs.MR{v.sendBuf, v.ctl, v.atoms, v.beats} {
+	for _, mr := range []*verbs.MR{v.sendBuf, v.recv, v.ctl, v.atoms, v.beats} {
 		if mr != nil {
 			mr.Close()
 		}
 	}
-	if v.cq != nil {
-		v.cq.Close()
+	for _, cq := range v.cqs {
+		cq.Close()
 	}
 	if v.pd != nil {
 		v.pd.Close()

@@ -50,7 +50,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 }
 
 func TestHello(t *testing.T) {
-	h := Hello{Rank: 3, Token: [16]byte{1, 2, 3}, QPN: 17, PSN: 0xabcdef}
+	h := Hello{Rank: 3, Token: [16]byte{1, 2, 3}, QPN: 17, PSN: 0xabcdef, Credits: 4}
 	b := h.Marshal()
 	if len(b) != HelloLen {
 		t.Fatalf("%d bytes, want %d", len(b), HelloLen)
