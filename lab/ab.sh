@@ -9,7 +9,8 @@
 #   bash lab/ab.sh OLD rxe [NEW]   # 2 ranks over verbs on soft-RoCE, in the VM
 #
 # NEW defaults to HEAD (commit what you measure). ROUNDS (default 15)
-# rounds. Latency: a ratio under 1 is faster; bandwidth: over 1 is faster.
+# rounds; BW=bytes measures osu_bw at that size instead of 1 MiB.
+# Latency: a ratio under 1 is faster; bandwidth: over 1 is faster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:?usage: bash lab/ab.sh OLD shm|rxe [NEW]}
@@ -29,7 +30,7 @@ if [ "$new" != "--in-vm" ]; then
 	done
 	if [ "$where" = rxe ]; then
 		CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
-		exec "$out/rxevm" -q -topology rxe -timeout 40m env BIN="$out" ROUNDS="$rounds" bash "$0" "$rev" rxe --in-vm
+		exec "$out/rxevm" -q -topology rxe -timeout 40m env BIN="$out" ROUNDS="$rounds" BW="${BW:-1048576}" bash "$0" "$rev" rxe --in-vm
 	fi
 	BIN=$out
 	rev="$rev → $new"

@@ -31,8 +31,8 @@ median_ci() {
 
 # abrounds A B ROUNDS ITERS: ROUNDS rounds of `run SIDE BENCH ARGS…` (the
 # caller's function) for sides A and B, alternating which goes first,
-# appending osu_latency 8 B and osu_bw 1 MiB figures to $w/lat.SIDE and
-# $w/bw.SIDE (ITERS latency iterations).
+# appending osu_latency 8 B and osu_bw figures (1 MiB, or $BW bytes) to
+# $w/lat.SIDE and $w/bw.SIDE (ITERS latency iterations).
 abrounds() {
 	local a=$1 b=$2 rounds=$3 iters=$4 r side order
 	for ((r = 0; r < rounds; r++)); do
@@ -40,7 +40,7 @@ abrounds() {
 		((r % 2)) && order="$b $a"
 		for side in $order; do
 			run $side osu_latency -m 8:8 -i $iters -x $((iters / 10)) >>"$w/lat.$side"
-			run $side osu_bw -m 1048576:1048576 -i 20 -x 4 >>"$w/bw.$side"
+			run $side osu_bw -m "${BW:-1048576}:${BW:-1048576}" -i 20 -x 4 >>"$w/bw.$side"
 		done
 	done
 }
@@ -52,7 +52,7 @@ abtable() {
 	echo "|---|---|---|---|---|"
 	for m in lat bw; do
 		name="osu_latency 8 B (µs)"
-		[ $m = bw ] && name="osu_bw 1 MiB (MB/s)"
+		[ $m = bw ] && name="osu_bw ${BW:-1048576} B (MB/s)"
 		echo "| $name | $(median <"$w/$m.$a") | $(median <"$w/$m.$b") | $(ratios "$w/$m.$a" "$w/$m.$b" | median | decimals 3) | $(ratios "$w/$m.$a" "$w/$m.$b" | median_ci) |"
 	done
 }

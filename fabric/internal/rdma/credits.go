@@ -22,9 +22,11 @@ import (
 // Counts are running counts modulo 2³², per peer. granted: credits this
 // process gave the peer (it may send that many frames in all); taken:
 // its frames delivered; burned: credits it gave back unused. A peer holds
-// at most its window: vInitial to start with, which it gets in the
-// handshake if the pool has them, doubled each time it runs out, up to
-// vWindow (its receive CQ's size: a frame landed is a completion there).
+// at most its window: to start with, the pool's share of each peer of the
+// job (4 to 64 credits: a job of 4 over verbs gets 64, one of 64 or more
+// 4), which it gets in the handshake if the pool has them; doubled each
+// time it runs out, up to vWindow (its receive CQ's size: a frame landed
+// is a completion there); halved when asked to give credits back.
 // As its frames are delivered and their buffers posted again, the
 // receiver grants it credits again up to its window — once half of it is
 // used, or a batch of buffers waits — and tells it in the header of any
@@ -36,8 +38,9 @@ import (
 // the receiver's request word and rings the receiver's doorbell (an RDMA
 // fetch-and-add on one word the receiver's poll loads). The receiver
 // posts its waiting buffers and grants from the pool; when the pool is
-// committed, it queues the asker and asks every other holder to give its
-// unused credits back (a revoke count in the holder's word 0 and a ring
+// committed, it queues the asker and asks the holders — those idle since
+// the last such round, or all if none is — to give their unused credits
+// back (a revoke count in the holder's word 0 and a ring
 // of its doorbell). A holder burns its unused credits — counts them as
 // sent — and writes its burned count into the receiver's word 2. So a
 // peer that talks to many others holds credits for those it talks to
@@ -57,7 +60,7 @@ const (
 const (
 	vPool    = 256 // receive buffers, shared by every peer
 	vWindow  = 64  // most credits a peer holds: its receive CQ's size
-	vInitial = 4   // credits granted in the handshake (vPool/vInitial peers get them)
+	vInitial = 4   // the least window: a pool's worth for 64 peers
 )
 
 // outstanding is how many of p's credits may still need a buffer: unused
@@ -82,6 +85,7 @@ func (v *Provider) grant(p *link) int {
 // window.
 func (v *Provider) take(p *link, k int) {
 	p.taken++
+	p.active = true
 	v.owner[k] = p
 	v.toPost = append(v.toPost, k)
 	if p.outstanding() <= p.window/2 {
@@ -248,18 +252,31 @@ func (v *Provider) feedStarving() {
 	}
 }
 
-// reclaim asks every peer that holds credits, once until it is granted
-// more, to give back those it has not used; their windows start again
-// from the initial one.
+// reclaim asks the peers that hold credits and sent nothing since the
+// last reclaim — or, if none is idle, every one — to give back the
+// credits they have not used, once until they are granted more; their
+// windows halve.
 func (v *Provider) reclaim() {
+	idle := false
 	for _, p := range v.byIx {
-		if p.dead || p.revoked || p.starving || !p.connected || p.outstanding() == 0 {
-			continue
+		if v.holds(p) && !p.active {
+			idle = true
+			break
 		}
-		p.revoked, p.window = true, v.initial
-		p.revokes++
-		v.writeCredits(p)
 	}
+	for _, p := range v.byIx {
+		if v.holds(p) && (!idle || !p.active) {
+			p.revoked, p.window = true, max(vInitial, p.window/2)
+			p.revokes++
+			v.writeCredits(p)
+		}
+		p.active = false
+	}
+}
+
+// holds reports whether p holds credits reclaim may ask back.
+func (v *Provider) holds(p *link) bool {
+	return !p.dead && !p.revoked && !p.starving && p.connected && p.outstanding() > 0
 }
 
 // writeCredits tells p its granted count (and our revoke count), without
@@ -279,17 +296,23 @@ func (v *Provider) writeCredits(p *link) {
 }
 
 // release returns to the pool the credits of p, whose queue pair is in
-// error, so that no more frames of its land — all but one: a message it
-// was sending when its queue pair failed may hold a buffer the SRQ gave
-// it, which no completion returns.
+// error, so that no more frames of its land. A peer that said goodbye
+// sent its last frame whole before it (the queue pair keeps order); for
+// one lost otherwise, one credit stays out: a message it was sending when
+// its queue pair failed may hold a buffer the SRQ gave it, which no
+// completion returns (rxe's, at least).
 func (v *Provider) release(p *link) {
 	if p.released {
 		return
 	}
 	p.released = true
 	if n := p.outstanding(); n > 0 {
-		v.committed -= n - 1
-		v.lost++
+		if v.Closed(p.world) {
+			v.committed -= n
+		} else {
+			v.committed -= n - 1
+			v.lost++
+		}
 	}
 	v.feedStarving()
 }

@@ -112,6 +112,7 @@ type link struct {
 
 	starving bool // it asked for credits and waits for the pool
 	revoked  bool // asked to give back unused credits since last granted any
+	active   bool // a frame of its was delivered since the last reclaim
 	faulted  bool // lost: its credits go back at the next poll (release)
 	released bool // they went back
 
@@ -175,8 +176,8 @@ type Config struct {
 	Peers  []int               // world ranks reached through this provider
 	Mem    Registry
 	// Initial is how many credits (receive buffers) each peer gets when
-	// it connects, as far as the pool allows; 0 means 4. More are granted
-	// as it uses them.
+	// it connects, as far as the pool allows; 0 means the pool's share of
+	// each of Peers, 4 to 64. More are granted as it uses them.
 	Initial int
 	// Resolve reads the published address (Address) of world rank w, a
 	// peer, from the bootstrap; it is called, once a peer, when this
@@ -276,7 +277,10 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 	v := &Provider{me: cfg.Me, qpConf: cfg.QP, peers: make([]*link, size), byQPN: map[uint32]*link{},
 		staged: map[uint64]*verbs.MR{}, mem: cfg.Mem, reads: make([]vRead, 0, 64),
 		oneSided: make([]inflight, 0, vMaxOneSided), eng: eng, mu: mu, addrs: make([]peerAddr, size), isPeer: make([]bool, size),
-		learning: make([]bool, size), resolve: cfg.Resolve, waited: make([]bool, size), initial: vInitial}
+		learning: make([]bool, size), resolve: cfg.Resolve, waited: make([]bool, size)}
+	// As many as the pool holds for every peer of the job, 4 to 64: a
+	// small job's peers start with a full window.
+	v.initial = min(max(vPool/max(1, len(peers)), vInitial), vWindow)
 	if cfg.Initial > 0 {
 		v.initial = min(cfg.Initial, vWindow)
 	}
@@ -386,7 +390,8 @@ func (v *Provider) newPool() (err error) {
 }
 
 // newPeer makes world rank w's queue pair and its receive completion
-// queue, and sets credits aside for it (vInitial, as the pool allows),
+// queue, and sets credits aside for it (its initial window, as the pool
+// allows),
 // which the handshake tells it; with the engine's lock held.
 func (v *Provider) newPeer(w int) (_ *link, err error) {
 	p := &link{world: w}
