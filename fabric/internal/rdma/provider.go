@@ -343,9 +343,10 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 
 // cqShard is how many peers' queue pairs share a send CQ. Each may hold
 // vSQ requests, and a queue pair that fails completes every one, signaled
-// or not: a CQ for every peer at start (as one was) would need vSQ
-// entries a peer — more than rxe allows one CQ beyond 62 peers, and 36
-// KiB a peer never talked to. So CQs are made as peers connect.
+// or not: one CQ for every peer of the job, made at start, needs vSQ
+// entries a peer — more than rxe allows one CQ (32767) beyond about 100
+// peers, and 16 KiB for each peer never talked to. So CQs are made as
+// peers connect.
 const cqShard = 16
 
 // newSendCQ makes a send CQ for the send queues of qps queue pairs.
@@ -391,8 +392,7 @@ func (v *Provider) newPool() (err error) {
 
 // newPeer makes world rank w's queue pair and its receive completion
 // queue, and sets credits aside for it (its initial window, as the pool
-// allows),
-// which the handshake tells it; with the engine's lock held.
+// allows), which the handshake tells it; with the engine's lock held.
 func (v *Provider) newPeer(w int) (_ *link, err error) {
 	p := &link{world: w}
 	defer func() {
@@ -901,7 +901,9 @@ func (v *Provider) complete(wc *verbs.WorkCompletion, from *link) {
 	if wc.Status != verbs.StatusSuccess {
 		switch wc.ID & wrKindMask {
 		case wrRecv:
-			v.take(from, i) // a message cut short: its buffer goes back
+			if from != nil { // (only peers' queue pairs take receives)
+				v.take(from, i) // a message cut short: its buffer goes back
+			}
 		case wrSend:
 			if i < vSendSlots { // not an inline send, which holds no slot
 				v.free = append(v.free, i)
