@@ -354,14 +354,26 @@ func progFlood(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
 	const each = 20000
 	if w.Rank() != 0 {
-		var b [8]byte
-		for i := 0; i < each; i++ {
-			binary.LittleEndian.PutUint64(b[:], uint64(i))
-			must(w.Send(ctx, b[:], 0, 4), "send")
-		}
+		sendSeq(ctx, w, each)
 		return nil
 	}
 	time.Sleep(time.Second)
+	recvSeq(ctx, w, each)
+	return nil
+}
+
+// sendSeq sends rank 0 each 8-byte messages numbered from 0, tag 4.
+func sendSeq(ctx context.Context, w *Comm, each int) {
+	var b [8]byte
+	for i := 0; i < each; i++ {
+		binary.LittleEndian.PutUint64(b[:], uint64(i))
+		must(w.Send(ctx, b[:], 0, 4), "send")
+	}
+}
+
+// recvSeq receives sendSeq's messages from every other rank, from any
+// source, and checks that each sender's come in order.
+func recvSeq(ctx context.Context, w *Comm, each int) {
 	next := make([]uint64, w.Size())
 	var b [8]byte
 	for i := 0; i < each*(w.Size()-1); i++ {
@@ -372,7 +384,6 @@ func progFlood(ctx context.Context, ep *Endpoint) error {
 		}
 		next[st.Source]++
 	}
-	return nil
 }
 
 // rxeCounter reads one of a device's port 1 counters.
@@ -384,25 +395,33 @@ func rxeCounter(t *testing.T, dev, name string) int64 {
 	return v
 }
 
-func TestVerbsFlood(t *testing.T) {
-	devs := testutil.RXEDevices(t)
-	testutil.LogRXECountersOnFailure(t)
-	// Receiver-not-ready NAKs sent and received, and RNR retries run out.
-	// (Not transport retries: a sender that exits while rank 0 probes it
-	// may legitimately cost one.)
+// noRNR reads dev's receiver-not-ready counters — NAKs sent and
+// received, RNR retries run out — and returns a check that fails t, saying
+// what happened, if any of them moved since. (Not transport retries: a
+// sender that exits while a peer probes it may legitimately cost one.)
+func noRNR(t *testing.T, dev, what string) (check func()) {
 	counters := []string{"send_rnr_err", "rcvd_rnr_err", "retry_rnr_exceeded_err"}
 	before := map[string]int64{}
 	for _, c := range counters {
-		before[c] = rxeCounter(t, devs[0], c)
+		before[c] = rxeCounter(t, dev, c)
 	}
+	return func() {
+		for _, c := range counters {
+			if d := rxeCounter(t, dev, c) - before[c]; d != 0 {
+				t.Errorf("%s went up by %d: %s", c, d, what)
+			}
+		}
+	}
+}
+
+func TestVerbsFlood(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	testutil.LogRXECountersOnFailure(t)
+	check := noRNR(t, devs[0], "the flood overran the receiver")
 	start := time.Now()
 	runOK(t, 4, "flood", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0])
 	t.Logf("60000 messages from 3 senders in %v", time.Since(start).Round(time.Millisecond))
-	for _, c := range counters {
-		if d := rxeCounter(t, devs[0], c) - before[c]; d != 0 {
-			t.Errorf("%s went up by %d: the flood overran the receiver", c, d)
-		}
-	}
+	check()
 }
 
 func init() { progs.Add("portdown", progPortDown) }
