@@ -367,8 +367,10 @@ func (ep *Endpoint) connect(ctx context.Context) error {
 		return err
 	}
 	ep.e.all = nil // (the routes are set)
+	oversubscribed := len(ep.node) > nodeCPUs()
+	ep.opts.tuneMonitorAuto(oversubscribed)
 	if len(ep.node) > 1 {
-		if len(ep.node) > nodeCPUs() {
+		if oversubscribed {
 			// Oversubscribed: yield almost at once, and keep the Go
 			// runtime to one thread running Go code — its idle threads
 			// spin looking for work, taking the CPU from the very rank

@@ -106,11 +106,12 @@ func WithDevice(name string) Option { return func(o *options) { o.device = name 
 // nothing outside the endpoint. With it:
 //
 //   - On a process that may run on one CPU only (pinned by rivetrun,
-//     mpirun --bind-to core or taskset), the Go runtime's monitor thread
-//     moves to the SCHED_IDLE policy, so that its wake-ups every 10 ms
-//     while a goroutine runs stop preempting the rank's polling thread
-//     (docs/fabric.md). RIVET_SYSMON=idle moves it on any process (and
-//     fails Init if it cannot); RIVET_SYSMON=normal leaves it alone.
+//     mpirun --bind-to core or taskset), of a node with no more ranks
+//     than CPUs, the Go runtime's monitor thread moves to the SCHED_IDLE
+//     policy, so that its wake-ups every 10 ms while a goroutine runs
+//     stop preempting the rank's polling thread (docs/fabric.md).
+//     RIVET_SYSMON=idle moves it on any process (and fails Init if it
+//     cannot); RIVET_SYSMON=normal leaves it alone.
 //   - When this node runs more ranks than it has CPUs, GOMAXPROCS becomes
 //     1 (unless the environment sets GOMAXPROCS): the runtime's idle
 //     threads otherwise spin looking for work and keep the rank that

@@ -13,15 +13,28 @@ import (
 )
 
 // tuneMonitor applies WithProcessTuning's choice for the Go runtime's
-// monitor thread (RIVET_SYSMON, "auto" by default).
+// monitor thread (RIVET_SYSMON) when it is asked for by name; "auto", the
+// default, waits for tuneMonitorAuto.
 func (o *options) tuneMonitor() error {
-	if !o.tune {
+	if !o.tune || o.sysmon == "auto" {
 		return nil
 	}
 	if err := sysmon.Apply(o.sysmon); err != nil {
 		return fmt.Errorf("fabric: process tuning: %w", err)
 	}
 	return nil
+}
+
+// tuneMonitorAuto applies "auto" once Init knows whether this node has
+// more ranks than CPUs: the monitor is lowered on a pinned rank only if
+// the node is not oversubscribed. On an oversubscribed node a rank's
+// waits yield to the other ranks, so the monitor's turn under SCHED_IDLE
+// hardly ever comes — and with it the network poll: 8 ranks on a VM of
+// one CPU left connection handshakes unanswered for their whole 30 s.
+func (o *options) tuneMonitorAuto(oversubscribed bool) {
+	if o.tune && o.sysmon == "auto" && !oversubscribed {
+		sysmon.Apply("auto") // "auto" only makes things faster: never an error
+	}
 }
 
 // nodeCPUs is how many CPUs this node has online. It is not

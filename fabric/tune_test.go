@@ -81,10 +81,11 @@ func allCPUs() string {
 	return strings.Join(cpus, ",")
 }
 
-// TestProcessTuning: on a pinned rank, process tuning (which the
-// launcher turns on) moves the runtime's monitor thread, and it alone,
-// to SCHED_IDLE, and leaves the CPU mask as it was; without tuning, or
-// with RIVET_SYSMON=normal, Init leaves the monitor alone; a RIVET_SYSMON
+// TestProcessTuning: on a pinned rank of a node that is not
+// oversubscribed, process tuning (which the launcher turns on) moves the
+// runtime's monitor thread, and it alone, to SCHED_IDLE, and leaves the
+// CPU mask as it was; without tuning, with RIVET_SYSMON=normal, or on an
+// oversubscribed node, Init leaves the monitor alone; a RIVET_SYSMON
 // that is not a choice fails Init.
 func TestProcessTuning(t *testing.T) {
 	if runtime.NumCPU() < 2 {
@@ -122,10 +123,17 @@ func TestProcessTuning(t *testing.T) {
 			t.Errorf("%d ranks, %v: want %q from every rank in\n%s", n, tc.env, want, out)
 		}
 	}
+	// Pinned ranks of an oversubscribed node keep the monitor as it is:
+	// their waits yield to each other, so under SCHED_IDLE its turn — and
+	// the network poll — would hardly come.
+	out := runOK(t, n, "bind", "TUNE_TEST_CPU=1")
+	if want := "cpus [1], sysmon normal (0 idle), oversubscribed true"; strings.Count(out, want) != n {
+		t.Errorf("%d ranks pinned to CPU 1: want %q from every rank in\n%s", n, want, out)
+	}
 	// Ranks pinned before they start, one per CPU, see one CPU in
 	// runtime.NumCPU and are not oversubscribed; their runtime started
 	// with GOMAXPROCS 1.
-	out := jobtest.BoundJobOK(t, runtime.NumCPU(), progEnv+"=bind", "GOMAXPROCS=")
+	out = jobtest.BoundJobOK(t, runtime.NumCPU(), progEnv+"=bind", "GOMAXPROCS=")
 	for r := 0; r < runtime.NumCPU(); r++ {
 		if want := fmt.Sprintf("rank %d: cpus [%d], sysmon idle (1 idle), oversubscribed false, gomaxprocs 1\n", r, r); !strings.Contains(out, want) {
 			t.Errorf("bound ranks: want %q in\n%s", want, out)

@@ -240,6 +240,10 @@ func (c *cluster) node(arg string) (*qemuNode, error) {
 	return c.nodes[i-1], nil
 }
 
+// killWait bounds how long "kill N" waits for node N's qemu to be reaped
+// (-fault waits a minute for the answer).
+const killWait = 30 * time.Second
+
 // do carries out one control line and returns what to answer.
 func (c *cluster) do(line string) error {
 	f := strings.Fields(line)
@@ -253,7 +257,18 @@ func (c *cluster) do(line string) error {
 			return err
 		}
 		sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP, "cont": syscall.SIGCONT}[f[0]]
-		return n.signal(sig)
+		if err := n.signal(sig); err != nil || sig != syscall.SIGKILL {
+			return err
+		}
+		// Answered once qemu is reaped, so that the node is gone — a
+		// command for it fails as not running — when -fault returns: on
+		// a loaded host a "stop" right after found it still there.
+		select {
+		case <-n.done:
+			return nil
+		case <-time.After(killWait):
+			return fmt.Errorf("%s did not exit within %v of SIGKILL", NodeName(n.i), killWait)
+		}
 	case len(f) == 3 && f[0] == "link" && (f[2] == "up" || f[2] == "down"):
 		n, err := c.node(f[1])
 		if err != nil {
