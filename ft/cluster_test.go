@@ -3,12 +3,8 @@
 package ft
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -44,30 +40,9 @@ func envDuration(name string, def time.Duration) time.Duration {
 // records its command's exit status in RXEVM_SHARED/exit.<node>.
 func runCluster(t *testing.T, nodes int, prog string, env ...string) (string, string) {
 	t.Helper()
-	testutil.RequireCluster(t)
-	rxevm := filepath.Join(t.TempDir(), "rxevm")
-	build := exec.Command("go", "build", "-o", rxevm, "../cmd/rxevm")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building rxevm: %v\n%s", err, out)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, rxevm, "-topology", fmt.Sprintf("cluster:%d", nodes), "-timeout", "7m",
-		"-node-cmd", `RANK=$((RXEVM_NODE-1)) `+self+`; echo $? >$RXEVM_SHARED/exit.$RXEVM_NODE`,
-		"--", "sh", "-c", "RANK=0 exec "+self)
-	cmd.Env = append(os.Environ(), append([]string{progs.Env + "=" + prog, fmt.Sprintf("WORLD_SIZE=%d", nodes),
-		"MASTER_ADDR=" + vm.NodeAddr(1), "MASTER_PORT=29500", "RIVET_JOB_SECRET=" + prog + "-test"}, env...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
-	if err != nil {
-		t.Fatalf("rxevm: %v", err)
-	}
-	return out.String(), errb.String()
+	self := testutil.Executable(t)
+	return testutil.RunCluster(t, nodes, `RANK=$((RXEVM_NODE-1)) `+self+`; echo $? >$RXEVM_SHARED/exit.$RXEVM_NODE`,
+		append([]string{progs.Env + "=" + prog, fmt.Sprintf("WORLD_SIZE=%d", nodes), "MASTER_ADDR=" + vm.NodeAddr(1),
+			"MASTER_PORT=29500", "RIVET_JOB_SECRET=" + prog + "-test"}, env...),
+		"sh", "-c", "RANK=0 exec "+self)
 }

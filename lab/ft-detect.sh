@@ -7,7 +7,7 @@
 #   bash lab/ft-detect.sh rxe    # over verbs on soft-RoCE, in the VM
 #
 # ROUNDS (default 20) jobs per cell; ROWS (e.g. "kill heartbeat") runs one
-# row only.
+# row only; NPS (default "2 4 8") the numbers of ranks, the columns.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 where=${1:-shm}
@@ -19,7 +19,7 @@ if [ "${2:-}" != "--in-vm" ]; then
 	CGO_ENABLED=0 go build -o "$out/rivet" ./cmd/rivet
 	if [ "$where" = rxe ]; then
 		CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
-		exec "$out/rxevm" -q -topology rxe -timeout 80m env BIN="$out" ROUNDS="$rounds" ROWS="${ROWS:-}" bash "$0" rxe --in-vm
+		exec "$out/rxevm" -q -topology rxe -timeout 80m env BIN="$out" ROUNDS="$rounds" ROWS="${ROWS:-}" NPS="${NPS:-2 4 8}" bash "$0" rxe --in-vm
 	fi
 	BIN=$out
 fi
@@ -32,12 +32,13 @@ if [ "$where" = rxe ]; then
 fi
 [ -n "${ROWS:-}" ] && rows=("$ROWS")
 echo "# rivet bench ft_detect, $where, median of $rounds jobs (ms); $(nproc) CPUs, kernel $(uname -r)"
-echo "| fault, sources | 2 | 4 | 8 |"
-echo "|---|---|---|---|"
+nps=${NPS:-2 4 8}
+echo "| fault, sources |$(printf ' %s |' $nps)"
+echo "|---|$(printf -- '---|%.0s' $nps)"
 for row in "${rows[@]}"; do
 	set -- $row
 	line="| $1, $2 |"
-	for np in 2 4 8; do
+	for np in $nps; do
 		m=$(timeout 1200 "${env[@]}" "$BIN/rivet" bench -np "$np" ft_detect -fault "$1" -sources "$2" -rounds "$rounds" 2>/dev/null |
 			grep -E '^[0-9]' | tail -1 | awk '{print $2}' || true)
 		line="$line ${m:--} |"

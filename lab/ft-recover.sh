@@ -9,7 +9,8 @@
 #   bash lab/ft-recover.sh shm    # on this host, shared memory
 #   bash lab/ft-recover.sh rxe    # over verbs on soft-RoCE, in the VM
 #
-# ITERS (default 1000; 200 in the VM) iterations per operation per round.
+# ITERS (default 1000; 200 in the VM) iterations per operation per round;
+# NPS (default "2 4 8") the numbers of ranks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 where=${1:-shm}
@@ -21,7 +22,7 @@ if [ "${2:-}" != "--in-vm" ]; then
 	CGO_ENABLED=0 go build -o "$out/rivet" ./cmd/rivet
 	if [ "$where" = rxe ]; then
 		CGO_ENABLED=0 go build -o "$out/rxevm" ./cmd/rxevm
-		exec "$out/rxevm" -q -topology rxe -timeout 80m env BIN="$out" ROUNDS="$rounds" ITERS="${ITERS:-200}" bash "$0" rxe --in-vm
+		exec "$out/rxevm" -q -topology rxe -timeout 80m env BIN="$out" ROUNDS="$rounds" ITERS="${ITERS:-200}" NPS="${NPS:-2 4 8}" bash "$0" rxe --in-vm
 	fi
 	BIN=$out
 fi
@@ -34,7 +35,7 @@ rows=("barrier" "allreduce (4 B)" "comm dup" "agree" "iagree" "shrink" "revoke" 
 echo "# rivet bench ft_recover -failure, $where, $rounds rounds of $iters iterations; $(nproc) CPUs, kernel $(uname -r)"
 echo "| ranks | barrier | allreduce 4 B | comm dup | agree | iagree | shrink | shrink (1 failed) | revoke | agree / allreduce | shrink / dup | revoke / barrier |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-for np in 2 4 8; do
+for np in ${NPS:-2 4 8}; do
 	fail=-failure
 	((np < 3)) && fail=
 	for ((r = 0; r < rounds; r++)); do

@@ -3,15 +3,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rivet-hpc/rivet/internal/testutil"
 	"github.com/rivet-hpc/rivet/internal/vm"
@@ -30,17 +24,7 @@ const clusterPerNode = 8
 // started torchrun-style without a launcher, runs osu_barrier and 8-byte
 // osu_allreduce; every rank of both nodes exits 0.
 func TestHostClusterVerbs(t *testing.T) {
-	testutil.RequireCluster(t)
-	rxevm := filepath.Join(t.TempDir(), "rxevm")
-	build := exec.Command("go", "build", "-o", rxevm, "../rxevm")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building rxevm: %v\n%s", err, out)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	self := testutil.Executable(t)
 	const k, nodes = clusterPerNode, 2
 	// job PORT ARGS…: the node's k ranks of a job of `rivet ARGS…`, rank 0
 	// printing; its status is 0 only if every rank's is.
@@ -64,19 +48,9 @@ job 29500 bench osu_barrier -i 20 -x 2 && job 29501 bench osu_allreduce -m 8:8 -
 	first := script + `st=$?
 while [ ! -f $RXEVM_SHARED/exit.2 ]; do sleep 1; done
 echo "node1 $st node2 $(cat $RXEVM_SHARED/exit.2) available $(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo) MiB"`
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, rxevm, "-topology", fmt.Sprintf("cluster:%d", nodes), "-timeout", "7m",
-		"-node-cmd", node, "--", "sh", "-c", first)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
-	if err != nil {
-		t.Fatalf("rxevm: %v", err)
-	}
+	out, _ := testutil.RunCluster(t, nodes, node, nil, "sh", "-c", first)
 	for _, want := range []string{"# OSU MPI Barrier Latency Test", "# OSU MPI Allreduce Latency Test", "\n8 ", "node1 0 node2 0 "} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("no %q in node1's output", want)
 		}
 	}
