@@ -2,9 +2,9 @@
 
 // Package rdma is the fabric's verbs provider: one reliable-connected
 // queue pair per peer, made on first use (connect.go), all on one device
-// and protection domain;
-// every peer's sends complete on one completion queue, each peer's
-// receives on its own (polled in turn, for fairness).
+// and protection domain; sends complete on a completion queue shared by
+// 16 peers (made as they connect), each peer's receives on its own
+// (polled in turn, for fairness).
 //
 // Eager messages (≤ 8 KiB) are RDMA sends into one pool of receive
 // buffers, posted in advance to a shared receive queue: vPool of them
