@@ -182,6 +182,9 @@ func (v *Provider) ring(p *link, k int, val uint64) error {
 // revokes from the peers we send to, burned credits and requests from
 // those that send to us.
 func (v *Provider) doorbell() {
+	if v.owed {
+		v.payDebts()
+	}
 	bell := atomic.LoadUint64(v.ctlAt(ctlOff(len(v.peers), ctlBell)))
 	if bell == v.bellSeen {
 		return
@@ -211,12 +214,39 @@ func (v *Provider) doorbell() {
 
 // burn gives back p's credits we have not used, at p's request.
 func (v *Provider) burn(p *link) {
-	n := p.limit - p.sent
-	if int32(n) <= 0 {
-		return
+	if n := p.limit - p.sent; int32(n) > 0 {
+		p.sent, p.burned = p.limit, p.burned+n
+		p.burnOwed = true
+		v.tellBurned(p)
 	}
-	p.sent, p.burned = p.limit, p.burned+n
-	v.ring(p, ctlBurned, uint64(p.burned))
+}
+
+// tellBurned tells p our burned count; a send queue too full for it now
+// leaves it owed, and a later poll tells it (owed): credits burned and
+// untold would be lost to p's pool for good.
+func (v *Provider) tellBurned(p *link) {
+	if v.ring(p, ctlBurned, uint64(p.burned)) == nil {
+		p.burnOwed = false
+	} else {
+		v.owed = true
+	}
+}
+
+// payDebts tells the peers what a full send queue kept from them:
+// burned counts and grants.
+func (v *Provider) payDebts() {
+	v.owed = false
+	for _, p := range v.byIx {
+		if p.dead {
+			continue
+		}
+		if p.burnOwed {
+			v.tellBurned(p)
+		}
+		if p.creditOwed {
+			v.writeCredits(p)
+		}
+	}
 }
 
 // asked answers p's request for credits, made when p had sent sent
@@ -281,7 +311,9 @@ func (v *Provider) holds(p *link) bool {
 
 // writeCredits tells p its granted count (and our revoke count), without
 // a frame: an RDMA write into its control word, and a ring of its
-// doorbell when the revoke count is news.
+// doorbell when the revoke count is news. A send queue too full for it
+// now leaves it owed to a later poll (payDebts): p may wait for nothing
+// else.
 func (v *Provider) writeCredits(p *link) {
 	val := uint64(p.revokes)<<32 | uint64(p.granted)
 	var err error
@@ -290,9 +322,11 @@ func (v *Provider) writeCredits(p *link) {
 	} else {
 		err = v.writeCtl(p, ctlCredit, val)
 	}
-	if err == nil {
-		p.told, p.revokesTold = p.granted, p.revokes
+	if err != nil {
+		p.creditOwed, v.owed = true, true
+		return
 	}
+	p.told, p.revokesTold, p.creditOwed = p.granted, p.revokes, false
 }
 
 // release returns to the pool the credits of p, whose queue pair is in

@@ -110,11 +110,13 @@ type link struct {
 	requestSeen                                          uint64
 	window                                               int
 
-	starving bool // it asked for credits and waits for the pool
-	revoked  bool // asked to give back unused credits since last granted any
-	active   bool // a frame of its was delivered since the last reclaim
-	faulted  bool // lost: its credits go back at the next poll (release)
-	released bool // they went back
+	starving   bool // it asked for credits and waits for the pool
+	revoked    bool // asked to give back unused credits since last granted any
+	active     bool // a frame of its was delivered since the last reclaim
+	faulted    bool // lost: its credits go back at the next poll (release)
+	burnOwed   bool // our burned count is still to be told (tellBurned)
+	creditOwed bool // our granted count is still to be told (writeCredits)
+	released   bool // they went back
 
 	oneSided Counts
 	probing  bool      // a probe is in flight
@@ -234,6 +236,7 @@ type Provider struct {
 	postWR    [vPool]verbs.RecvWR
 	committed int
 	regrant   bool // a peer has used half its window: repost now
+	owed      bool // some peer's burnOwed or creditOwed is set (payDebts)
 	initial   int  // credits a peer gets in the handshake (Config.Initial)
 	starving  []*link
 	bellSeen  uint64
