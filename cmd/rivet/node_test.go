@@ -25,8 +25,9 @@ const (
 	// first time) for each peer that sends to it — the peers of the
 	// failure notices' and the revoke's binomial graph (2 log₂ n), of the
 	// trees of agreements and communicator creation (log₂ n + 1), a few
-	// more — and rank 0 hears from every rank (the results). A ring per pair would be 1.3 GiB;
-	// the design of before took 16 GiB. It must fit Docker's 64 MiB.
+	// more — and rank 0 hears from every rank (the results). A ring per
+	// pair would be 1.3 GiB; the design of before took 16 GiB. It must
+	// fit Docker's 64 MiB.
 	node256Shm = 256*(16+4+(3*8+4)*4)<<10 + 256*4<<10
 	// Open MPI 4.1's ranks running the same loops (vader) held 533 MiB
 	// in all on this machine (lab/scale.sh). A Go process starts at

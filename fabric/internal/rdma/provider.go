@@ -347,9 +347,9 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 // cqShard is how many peers' queue pairs share a send CQ. Each may hold
 // vSQ requests, and a queue pair that fails completes every one, signaled
 // or not: one CQ for every peer of the job, made at start, needs vSQ
-// entries a peer — more than rxe allows one CQ (32767) beyond about 100
-// peers, and 16 KiB for each peer never talked to. So CQs are made as
-// peers connect.
+// entries a peer — more than rxe allows one CQ (32767) beyond 127
+// peers, and 32 KiB (rxe's entries are 128 bytes) for each peer never
+// talked to. So CQs are made as peers connect.
 const cqShard = 16
 
 // newSendCQ makes a send CQ for the send queues of qps queue pairs.
