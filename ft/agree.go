@@ -11,6 +11,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/nodecoll"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // Op is how Agree combines the contributed values.
@@ -68,8 +69,8 @@ func Agree(ctx context.Context, c *fabric.Comm, flag int) (int, error) {
 	return AgreeOp(ctx, c, flag, BAnd)
 }
 
-// oneOp holds each Op's combOp, for one-word agreements to slice.
-var oneOp = [...]combOp{opAnd, opOr, opMin, opMax}
+// oneOp holds each Op's ulfm.Op, for one-word agreements to slice.
+var oneOp = [...]ulfm.Op{ulfm.And, ulfm.Or, ulfm.Min, ulfm.Max}
 
 // AgreeOp is Agree combining with op.
 func AgreeOp(ctx context.Context, c *fabric.Comm, value int, op Op) (int, error) {
@@ -98,16 +99,16 @@ func AgreeOp(ctx context.Context, c *fabric.Comm, value int, op Op) (int, error)
 // answer is the other group's word (MPI 4.1 §16.3.1: the AND "over the
 // values contributed by the remote group"); a group with no survivor
 // leaves its word at op's identity.
-func contribute(c *fabric.Comm, value int, op Op) (val []uint64, ops []combOp, pick int) {
+func contribute(c *fabric.Comm, value int, op Op) (val []uint64, ops []ulfm.Op, pick int) {
 	v := uint64(int64(value))
 	if !c.IsInter() {
 		return []uint64{v}, oneOp[op : op+1], 0
 	}
 	id := [...]uint64{^uint64(0), 0, uint64(math.MaxInt64), 1 << 63}[op] // BAnd, BOr, Min, Max
 	if c.LocalFirst() {
-		return []uint64{v, id}, []combOp{oneOp[op], oneOp[op]}, 1
+		return []uint64{v, id}, []ulfm.Op{oneOp[op], oneOp[op]}, 1
 	}
-	return []uint64{id, v}, []combOp{oneOp[op], oneOp[op]}, 0
+	return []uint64{id, v}, []ulfm.Op{oneOp[op], oneOp[op]}, 0
 }
 
 // IAgree starts an agreement (MPI_COMM_IAGREE); its request's Wait or
@@ -134,7 +135,7 @@ func IAgreeOp(c *fabric.Comm, value int, op Op) (*AgreeRequest, error) {
 // AgreeRequest is an agreement in progress (IAgree).
 type AgreeRequest struct {
 	h    *handler
-	a    *agreement
+	a    *ulfm.Agreement
 	pick int // the word of the decision that is the answer (contribute)
 	done bool
 	val  int
@@ -195,14 +196,14 @@ func ackedRanks(c *fabric.Comm) []int {
 type handler struct {
 	c  *fabric.Comm
 	mu sync.Mutex // order: the engine's lock, then mu
-	e  *era
+	e  *ulfm.Era
 
 	// Node agreements (nodeagree.go): the last attempt, the one a
 	// caller whose ctx ended left to finish in the background, and the
 	// fold that combines the members' words (one attempt at a time).
 	nodeK    uint64
 	nodeLeft chan struct{}
-	nodeOps  []combOp
+	nodeOps  []ulfm.Op
 	nodeAcc  []uint64
 	nodeFold func(rank int, words []uint64)
 }
@@ -234,7 +235,7 @@ func handlerOf(c *fabric.Comm) (*handler, error) {
 	}
 	h := &handler{c: c, nodeAcc: make([]uint64, 0, nodecoll.AgreeWords)}
 	h.nodeFold = h.fold
-	h.e = newEra(c.Size(), c.Rank(), func(dest, tag int, b []byte) error { return c.SendFT(dest, tag, b) })
+	h.e = ulfm.NewEra(c.Size(), c.Rank(), ulfm.Arity, func(dest, tag int, b []byte) error { return c.SendFT(dest, tag, b) })
 	if err := c.SetFTHandler(h); err != nil {
 		return nil, err
 	}
@@ -245,41 +246,41 @@ func handlerOf(c *fabric.Comm) (*handler, error) {
 func (h *handler) FTMessage(src, tag int, payload []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.e.message(src, tag, payload)
+	h.e.Message(src, tag, payload)
 }
 
 // FTFailed implements fabric.FTHandler.
 func (h *handler) FTFailed(r int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.e.fail(r)
+	h.e.Fail(r)
 }
 
-func (h *handler) enter(val []uint64, ops []combOp, acked []int) *agreement {
+func (h *handler) enter(val []uint64, ops []ulfm.Op, acked []int) *ulfm.Agreement {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.e.enter(val, ops, acked)
+	return h.e.Enter(val, ops, acked)
 }
 
 // enterAt enters the agreement reserved as seq.
-func (h *handler) enterAt(seq uint64, val []uint64, ops []combOp, acked []int) *agreement {
+func (h *handler) enterAt(seq uint64, val []uint64, ops []ulfm.Op, acked []int) *ulfm.Agreement {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.e.enterAt(seq, val, ops, acked)
+	return h.e.EnterAt(seq, val, ops, acked)
 }
 
 // wait makes progress until a is decided and returns its value.
-func (h *handler) wait(ctx context.Context, a *agreement) ([]uint64, error) {
+func (h *handler) wait(ctx context.Context, a *ulfm.Agreement) ([]uint64, error) {
 	var err error
 	werr := h.c.WaitFT(ctx, func() bool {
 		h.mu.Lock()
-		err = a.err
-		st, words := a.state, len(a.val)
+		err = a.Err()
+		st, words := a.State(), len(a.Value())
 		h.mu.Unlock()
 		if testHookWait != nil {
-			testHookWait(a.seq, st, words)
+			testHookWait(a.Seq(), st, words)
 		}
-		return st == stDecided || err != nil
+		return st == ulfm.Decided || err != nil
 	})
 	if werr != nil {
 		return nil, werr
@@ -287,22 +288,22 @@ func (h *handler) wait(ctx context.Context, a *agreement) ([]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return a.val, nil
+	return a.Value(), nil
 }
 
 // outcome makes what a decided agreement says of failures this
 // process's knowledge: every process its contributors knew failed is
 // marked failed here (so GetFailed names every process that did not
 // contribute), and the error, if it raised one.
-func (h *handler) outcome(a *agreement) error {
+func (h *handler) outcome(a *ulfm.Agreement) error {
 	h.mu.Lock()
 	var dead []int
-	for r, d := range a.dead {
-		if d && !h.e.failed[r] {
+	for _, r := range a.Dead() {
+		if !h.e.Failed(r) {
 			dead = append(dead, r)
 		}
 	}
-	failed := a.failed
+	failed := a.Raised()
 	h.mu.Unlock()
 	if len(dead) > 0 {
 		ep, g := h.c.Endpoint(), h.c.Group()
@@ -321,7 +322,7 @@ func (h *handler) outcome(a *agreement) error {
 // testHookWait, if set, sees the state of the agreement a process waits
 // for, each time it looks — after each round of progress, which sends
 // what the last look queued.
-var testHookWait func(seq uint64, state, words int)
+var testHookWait func(seq uint64, state ulfm.State, words int)
 
 // errAgreedFailed is the cause of a failure this process learned from an
 // agreement's decision.
@@ -342,7 +343,7 @@ func (uniformity) Reserve(c *fabric.Comm) (fabric.Contribution, error) {
 	acked := ackedRanks(c)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return &contribution{r: AgreeRequest{h: h}, seq: h.e.reserve(), acked: acked}, nil
+	return &contribution{r: AgreeRequest{h: h}, seq: h.e.Reserve(), acked: acked}, nil
 }
 
 // contribution is a reserved agreement, a BAnd of flags, whose flag
@@ -355,7 +356,7 @@ type contribution struct {
 }
 
 func (x *contribution) Contribute(flag int) {
-	x.r.a = x.r.h.enterAt(x.seq, []uint64{uint64(int64(flag))}, []combOp{opAnd}, x.acked)
+	x.r.a = x.r.h.enterAt(x.seq, []uint64{uint64(int64(flag))}, []ulfm.Op{ulfm.And}, x.acked)
 }
 
 func (x *contribution) Decided() bool {
@@ -364,7 +365,7 @@ func (x *contribution) Decided() bool {
 	}
 	x.r.h.mu.Lock()
 	defer x.r.h.mu.Unlock()
-	return x.r.a.state == stDecided || x.r.a.err != nil
+	return x.r.a.State() == ulfm.Decided || x.r.a.Err() != nil
 }
 
 func (x *contribution) Wait(ctx context.Context) (int, error) {

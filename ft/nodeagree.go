@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/rivet-hpc/rivet/internal/nodecoll"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // agree runs one blocking agreement on h's communicator and returns its
@@ -22,7 +23,7 @@ import (
 // the same agreement number: each attempt reserves one, used or not, so
 // the numbering stays the same at every member whichever way each went.
 // Nonblocking agreements always go over messages.
-func (h *handler) agree(ctx context.Context, val []uint64, ops []combOp, acked []int) (*agreement, []uint64, error) {
+func (h *handler) agree(ctx context.Context, val []uint64, ops []ulfm.Op, acked []int) (*ulfm.Agreement, []uint64, error) {
 	if nodecoll.Agree == nil || noNodeAgree || len(val) > nodecoll.AgreeWords {
 		return h.agreeMsgs(ctx, 0, val, ops, acked)
 	}
@@ -42,7 +43,7 @@ func (h *handler) agree(ctx context.Context, val []uint64, ops []combOp, acked [
 	if h.nodeLeft == left {
 		h.nodeLeft = nil
 	}
-	seq := h.e.reserve()
+	seq := h.e.Reserve()
 	h.nodeK++
 	k := h.nodeK
 	h.mu.Unlock()
@@ -67,11 +68,11 @@ func (h *handler) agree(ctx context.Context, val []uint64, ops []combOp, acked [
 			case !served || err != nil: // the endpoint closed
 			case fell:
 				h.mu.Lock()
-				h.e.enterAt(seq, val, ops, acked)
+				h.e.EnterAt(seq, val, ops, acked)
 				h.mu.Unlock()
 			default:
 				h.mu.Lock()
-				h.e.decidedHere(seq)
+				h.e.DecidedHere(seq)
 				h.mu.Unlock()
 			}
 		}()
@@ -82,7 +83,7 @@ func (h *handler) agree(ctx context.Context, val []uint64, ops []combOp, acked [
 		return h.agreeMsgs(ctx, seq, val, ops, acked)
 	}
 	h.mu.Lock()
-	h.e.decidedHere(seq)
+	h.e.DecidedHere(seq)
 	h.mu.Unlock()
 	return nil, h.nodeAcc, nil
 }
@@ -94,7 +95,7 @@ func (h *handler) fold(_ int, in []uint64) {
 		return
 	}
 	for i, o := range h.nodeOps {
-		h.nodeAcc[i] = o.combine(h.nodeAcc[i], in[i])
+		h.nodeAcc[i] = o.Combine(h.nodeAcc[i], in[i])
 	}
 }
 
@@ -112,12 +113,12 @@ var noNodeAgree = os.Getenv(AgreeEnv) == "messages"
 
 // agreeMsgs is an agreement over messages: the one reserved as seq, or
 // with seq 0 (agreements count from 1) the next.
-func (h *handler) agreeMsgs(ctx context.Context, seq uint64, val []uint64, ops []combOp, acked []int) (*agreement, []uint64, error) {
+func (h *handler) agreeMsgs(ctx context.Context, seq uint64, val []uint64, ops []ulfm.Op, acked []int) (*ulfm.Agreement, []uint64, error) {
 	h.mu.Lock()
 	if seq == 0 {
-		seq = h.e.reserve()
+		seq = h.e.Reserve()
 	}
-	a := h.e.enterAt(seq, val, ops, acked)
+	a := h.e.EnterAt(seq, val, ops, acked)
 	h.mu.Unlock()
 	out, err := h.wait(ctx, a)
 	return a, out, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 	"github.com/rivet-hpc/rivet/op"
 )
 
@@ -70,15 +71,15 @@ func die() {
 // it dies while it gathers.
 func dieAt(match func(seq uint64, words int) bool, root bool) {
 	seen := 0
-	testHookWait = func(seq uint64, st, words int) {
+	testHookWait = func(seq uint64, st ulfm.State, words int) {
 		if !match(seq, words) {
 			return
 		}
-		wait := stBroadcasting
+		wait := ulfm.Broadcasting
 		if root {
-			wait = stGathering
+			wait = ulfm.Gathering
 		}
-		if st == stDecided {
+		if st == ulfm.Decided {
 			die()
 		}
 		if st == wait {

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // Shrink makes a communicator of the members of c that are not known
@@ -37,28 +38,23 @@ func Shrink(ctx context.Context, c *fabric.Comm) (*fabric.Comm, error) {
 		// the agreement half a kilobyte.
 		win := min(idWindow, len(free))
 		val := append(slices.Clone(free[:win]), gen)
-		ops := make([]combOp, len(val)) // opAnd
-		ops[win] = opMax
+		ops := make([]ulfm.Op, len(val)) // ulfm.And
+		ops[win] = ulfm.Max
 		for round := 0; ; round++ {
 			h.mu.Lock()
-			var known []int
-			for r, f := range h.e.failed {
-				if f {
-					known = append(known, r)
-				}
-			}
+			known := h.e.Known()
 			h.mu.Unlock()
 			a, out, err := h.agree(ctx, val, ops, known)
 			if err != nil {
 				return nil, nil, 0, err
 			}
-			if a == nil || !a.failed {
+			if a == nil || !a.Raised() {
 				// Every contributor came with the same group and knew of
 				// no other failure: the group is agreed, and so is the id.
 				// (Through shared memory, a nil a, every member did.)
 				var survivors, dead []int
-				for r := range h.e.n {
-					if a != nil && a.dead[r] {
+				for r := range h.e.Size() {
+					if a != nil && a.IsDead(r) {
 						dead = append(dead, r)
 					} else {
 						survivors = append(survivors, r)
@@ -74,8 +70,8 @@ func Shrink(ctx context.Context, c *fabric.Comm) (*fabric.Comm, error) {
 				// whole mask (the group is agreed; a failure now changes
 				// nothing — the decided mask is the same everywhere).
 				full := append(slices.Clone(free), gen)
-				fops := make([]combOp, len(full))
-				fops[len(free)] = opMax
+				fops := make([]ulfm.Op, len(full))
+				fops[len(free)] = ulfm.Max
 				_, out, err := h.agree(ctx, full, fops, dead)
 				if err != nil {
 					return nil, nil, 0, err
@@ -84,7 +80,7 @@ func Shrink(ctx context.Context, c *fabric.Comm) (*fabric.Comm, error) {
 			}
 			// Learn what the others knew, and go again.
 			h.outcome(a)
-			if round > h.e.n+1 {
+			if round > h.e.Size()+1 {
 				// Each round that raises has seen a new failure or made
 				// the groups equal: more rounds than members is a bug.
 				return nil, nil, 0, fmt.Errorf("ft: shrink: the failed group did not settle after %d agreements", round)

@@ -19,6 +19,7 @@ var rank = map[string]int{
 	"internal/godebug":   0,
 	"internal/progress":  0,
 	"internal/nodecoll":  0,
+	"internal/ulfm":      0,
 	"internal/critpath":  1,
 	"internal/heartbeat": 1,
 	"op":                 1,

@@ -1,6 +1,4 @@
-//go:build linux
-
-package ft
+package ulfm
 
 import (
 	"fmt"
@@ -24,12 +22,12 @@ type simMsg struct {
 }
 
 type simProc struct {
-	e       *era
+	e       *Era
 	crashed bool
 	knows   []bool             // learned of rank r's failure
 	seqs    []uint64           // by round: the agreement reserved for it
 	entered []bool             // by round
-	open    map[int]*agreement // by round: entered, not decided
+	open    map[int]*Agreement // by round: entered, not decided
 	ndone   int                // rounds decided
 	results []simResult        // by round
 }
@@ -37,7 +35,7 @@ type simProc struct {
 type simResult struct {
 	val    uint64
 	failed bool
-	dead   []bool
+	dead   rankSet
 }
 
 type sim struct {
@@ -71,9 +69,9 @@ func newSimOrder(seed uint64, n, k, rounds int, ooo bool) *sim {
 	s.early = make([]bool, n)
 	s.acked = make([][]int, n)
 	for i := 0; i < n; i++ {
-		p := &simProc{knows: make([]bool, n), entered: make([]bool, rounds), open: map[int]*agreement{}, results: make([]simResult, rounds)}
+		p := &simProc{knows: make([]bool, n), entered: make([]bool, rounds), open: map[int]*Agreement{}, results: make([]simResult, rounds)}
 		src := i
-		p.e = newEraK(n, i, k, func(dst, tag int, b []byte) error {
+		p.e = NewEra(n, i, k, func(dst, tag int, b []byte) error {
 			if p.crashed {
 				return nil
 			}
@@ -83,7 +81,7 @@ func newSimOrder(seed uint64, n, k, rounds int, ooo bool) *sim {
 			return nil
 		})
 		for range rounds {
-			p.seqs = append(p.seqs, p.e.reserve())
+			p.seqs = append(p.seqs, p.e.Reserve())
 		}
 		s.procs = append(s.procs, p)
 	}
@@ -127,7 +125,7 @@ func (s *sim) run(t *testing.T, crashes map[int]int) {
 				if s.procs[r].crashed && !p.knows[r] {
 					evs = append(evs, func() {
 						p.knows[r] = true
-						p.e.fail(r)
+						p.e.Fail(r)
 						s.collect(i)
 					})
 				}
@@ -153,8 +151,8 @@ func (s *sim) run(t *testing.T, crashes map[int]int) {
 func (s *sim) enter(i, r int) {
 	p := s.procs[i]
 	p.entered[r] = true
-	ops := []combOp{opAnd}
-	p.open[r] = p.e.enterAt(p.seqs[r], []uint64{s.vals[r][i]}, ops, s.acked[i])
+	ops := []Op{And}
+	p.open[r] = p.e.EnterAt(p.seqs[r], []uint64{s.vals[r][i]}, ops, s.acked[i])
 	s.collect(i)
 }
 
@@ -162,8 +160,8 @@ func (s *sim) enter(i, r int) {
 func (s *sim) collect(i int) {
 	p := s.procs[i]
 	for r, a := range p.open {
-		if a.state == stDecided {
-			p.results[r] = simResult{a.val[0], a.failed, slices.Clone(a.dead)}
+		if a.state == Decided {
+			p.results[r] = simResult{a.val[0], a.raised, a.dead}
 			delete(p.open, r)
 			p.ndone++
 		}
@@ -178,18 +176,18 @@ func (s *sim) deliver(k [2]int) {
 	if d.crashed {
 		return
 	}
-	d.e.message(m.src, m.tag, m.payload)
+	d.e.Message(m.src, m.tag, m.payload)
 	s.collect(m.dst)
 }
 
 func (s *sim) state() string {
 	var b []byte
 	for i, p := range s.procs {
-		open := map[int]int{}
+		open := map[int]State{}
 		for r, a := range p.open {
 			open[r] = a.state
 		}
-		b = fmt.Appendf(b, "\n  %d: crashed %v decided %d open (round: state) %v knows %v parent %d", i, p.crashed, p.ndone, open, p.knows, p.e.parent(i))
+		b = fmt.Appendf(b, "\n  %d: crashed %v decided %d open (round: state) %v knows %v parent %d", i, p.crashed, p.ndone, open, p.knows, p.e.Parent(i))
 	}
 	return string(b)
 }
@@ -212,7 +210,7 @@ func (s *sim) check(t *testing.T, what string) {
 			}
 			// The union of failures marks no survivor failed.
 			for _, j := range live {
-				if got.dead[j] {
+				if got.dead.has(j) {
 					t.Fatalf("%s, agreement %d: rank %d holds survivor %d failed", what, k, i, j)
 				}
 			}
@@ -252,7 +250,7 @@ func (s *sim) check(t *testing.T, what string) {
 				if !all && !ref.failed {
 					t.Fatalf("%s: rank %d failed before contributing, not every survivor acknowledged it, and the agreement did not raise", what, i)
 				}
-				if ref.failed && !ref.dead[i] {
+				if ref.failed && !ref.dead.has(i) {
 					t.Fatalf("%s: the agreement raised, and its failed set lacks rank %d, which did not contribute", what, i)
 				}
 			}
@@ -265,7 +263,7 @@ func (s *sim) check(t *testing.T, what string) {
 		keep = len(s.vals)
 	}
 	for _, i := range live {
-		if n := len(s.procs[i].e.recs); n > keep {
+		if n := s.procs[i].e.Held(); n > keep {
 			t.Fatalf("%s: rank %d still holds %d agreements", what, i, n)
 		}
 	}
@@ -274,7 +272,7 @@ func (s *sim) check(t *testing.T, what string) {
 // TestEraNoFailure: one value everywhere, no error, in 2(n-1) messages
 // per agreement.
 func TestEraNoFailure(t *testing.T) {
-	for _, k := range []int{2, 3, arity} {
+	for _, k := range []int{2, 3, Arity} {
 		for _, n := range []int{1, 2, 3, 4, 7, 8, 9, 16, 33, 100} {
 			for seed := uint64(0); seed < 20; seed++ {
 				s := newSim(seed, n, k, 3)
@@ -299,7 +297,7 @@ func TestEraNoFailure(t *testing.T) {
 func TestEraAcknowledged(t *testing.T) {
 	for seed := uint64(0); seed < 50; seed++ {
 		for _, all := range []bool{true, false} {
-			s := newSim(seed, 8, int(seed%2)*(arity-2)+2, 2)
+			s := newSim(seed, 8, int(seed%2)*(Arity-2)+2, 2)
 			for i := range s.acked {
 				if all || i != 5 {
 					s.acked[i] = []int{3}
@@ -307,7 +305,7 @@ func TestEraAcknowledged(t *testing.T) {
 			}
 			for _, p := range s.procs {
 				p.knows[3] = true
-				p.e.fail(3)
+				p.e.Fail(3)
 			}
 			s.run(t, map[int]int{3: 0})
 			what := fmt.Sprintf("seed %d, all acknowledged %v", seed, all)
@@ -341,7 +339,7 @@ func TestEraFailures(t *testing.T) {
 		seed := uint64(run)
 		rng := rand.New(rand.NewPCG(seed, 11))
 		n := []int{4, 5, 8, 9, 16, 20}[rng.IntN(6)]
-		k := []int{2, 3, arity}[rng.IntN(3)]
+		k := []int{2, 3, Arity}[rng.IntN(3)]
 		s := newSim(seed, n, k, 2+rng.IntN(2))
 		crashes := map[int]int{}
 		for f := 1 + rng.IntN(3); f > 0; f-- {
@@ -368,7 +366,7 @@ func TestEraOutOfOrder(t *testing.T) {
 		seed := uint64(run)
 		rng := rand.New(rand.NewPCG(seed, 13))
 		n := []int{2, 4, 5, 8, 9, 16, 20}[rng.IntN(7)]
-		k := []int{2, 3, arity}[rng.IntN(3)]
+		k := []int{2, 3, Arity}[rng.IntN(3)]
 		rounds := 2 + rng.IntN(3)
 		s := newSimOrder(seed, n, k, rounds, true)
 		crashes := map[int]int{}

@@ -1,6 +1,4 @@
-//go:build linux
-
-package ft
+package ulfm
 
 import (
 	"encoding/binary"
@@ -43,66 +41,77 @@ import (
 
 // The messages' tags on the communicator's fault-tolerance channel.
 const (
-	tagUp   = 1 // a subtree's contribution
-	tagDown = 2 // the decision
-	tagReq  = 3 // a new root's request for contributions (or the decision)
+	TagUp   = 1 // a subtree's contribution
+	TagDown = 2 // the decision
+	TagReq  = 3 // a new root's request for contributions (or the decision)
 )
 
-// combOp combines agreement values.
-type combOp uint8
+// Op combines agreement values. Every one is idempotent, as the protocol
+// needs.
+type Op uint8
 
+// The operations.
 const (
-	opAnd combOp = iota
-	opOr
-	opMin // of int64 values
-	opMax // of int64 values
+	And Op = iota // bitwise AND
+	Or            // bitwise OR
+	Min           // the least, of int64 values
+	Max           // the greatest, of int64 values
 )
 
-func (o combOp) combine(a, b uint64) uint64 {
+// Combine is a combined with b.
+func (o Op) Combine(a, b uint64) uint64 {
 	switch o {
-	case opAnd:
+	case And:
 		return a & b
-	case opOr:
+	case Or:
 		return a | b
-	case opMin:
+	case Min:
 		return uint64(min(int64(a), int64(b)))
-	case opMax:
+	case Max:
 		return uint64(max(int64(a), int64(b)))
 	}
 	return a
 }
 
+// State is where an agreement stands at one process.
+type State uint8
+
 // The states of an agreement at one process.
 const (
-	stNotEntered   = iota // heard of, not contributed to
-	stGathering           // waiting for its children's contributions
-	stBroadcasting        // contributed to its parent; waiting for the decision
-	stDecided
+	NotEntered   State = iota // heard of, not contributed to
+	Gathering                 // waiting for its children's contributions
+	Broadcasting              // contributed to its parent; waiting for the decision
+	Decided
 )
 
-// agreement is one agreement (one seq) at one process.
-type agreement struct {
-	seq   uint64
-	state int
+// Send is how a machine sends payload to rank dest with tag. It must not
+// call back into the machine.
+type Send func(dest, tag int, payload []byte) error
 
-	ops      []combOp
+// Agreement is one agreement (one seq) at one process. Its methods may
+// be called only where the Era's may (under the driver's lock).
+type Agreement struct {
+	seq   uint64
+	state State
+
+	ops      []Op
 	val      []uint64
-	failed   bool   // a failure not every contributor had acknowledged
-	dead     []bool // by comm rank: failed, as some contributor knew
+	raised   bool    // a failure not every contributor had acknowledged
+	dead     rankSet // failed, as some contributor knew
 	ackCount int
 	ackHash  uint64
 	gc       uint64 // every contributor had decided every agreement up to it
 
-	gathered   []bool // by comm rank: its contribution is in val
-	upTo       int    // the parent the contribution went to
-	restarted  bool   // became the root after contributing to a parent
-	asked      []bool // by comm rank: sent a REQ
-	requesters []int  // get the decision directly
+	gathered   rankSet // contributions in val (this process's own among them)
+	upTo       int     // the parent the contribution went to
+	restarted  bool    // became the root after contributing to a parent
+	asked      rankSet // sent a REQ
+	requesters rankSet // get the decision directly
 	pending    []pendingUp
 
-	err error // the agreement could not go on (a message too large)
+	err error // the agreement could not go on (a message could not be sent)
 
-	local bool // decided through shared memory (decidedHere)
+	local bool // decided by other means (DecidedHere)
 }
 
 type pendingUp struct {
@@ -110,45 +119,83 @@ type pendingUp struct {
 	msg []byte
 }
 
-// era is one communicator's agreements at this process.
-type era struct {
+// Seq is the agreement's number on its communicator, from 1.
+func (a *Agreement) Seq() uint64 { return a.seq }
+
+// State is where the agreement stands here.
+func (a *Agreement) State() State { return a.state }
+
+// Value is the decided value, one word a word of the contributions; the
+// caller must not change it.
+func (a *Agreement) Value() []uint64 { return a.val }
+
+// Raised reports whether the decision raises: a process failed that not
+// every contributor had acknowledged (or contributors acknowledged
+// different failures).
+func (a *Agreement) Raised() bool { return a.raised }
+
+// Dead is the union of the failures the contributors knew, in rank
+// order: every process that did not contribute is in it.
+func (a *Agreement) Dead() []int { return a.dead.ints() }
+
+// IsDead reports whether rank r is in Dead.
+func (a *Agreement) IsDead(r int) bool { return a.dead.has(r) }
+
+// Err is why the agreement cannot go on here — a message the send
+// function refused — or nil.
+func (a *Agreement) Err() error { return a.err }
+
+// Era is one communicator's agreements at one process.
+type Era struct {
 	n, me int
 	k     int // the tree's arity
-	send  func(dest, tag int, payload []byte) error
+	send  Send
 
-	failed  []bool // by comm rank: known failed
-	nfailed int
+	failed bitset  // known failed
+	known  rankSet // the same, as a list
 
 	next    uint64 // the seq of the next agreement this process enters
-	recs    map[uint64]*agreement
+	recs    map[uint64]*Agreement
 	gcBelow uint64 // agreements before it are forgotten
 	done    uint64 // every agreement up to it is decided here
 
-	buf []byte
+	buf  []byte
+	kids []int
 }
 
-// arity is the agreement tree's: each process gathers from up to 8
+// Arity is the agreement tree's: each process gathers from up to 8
 // children, so up to 9 processes it is a star (one hop up, one down), and
 // 4096 are 4 levels deep — fewer hops than ERA's default binary tree.
 // (On a node, with more ranks than CPUs, the two measured alike: there
 // an agreement's time goes to waiting for CPUs, docs/performance.md.)
-const arity = 8
+const Arity = 8
 
-func newEra(n, me int, send func(dest, tag int, payload []byte) error) *era {
-	return newEraK(n, me, arity, send)
+// NewEra makes the agreements of process me of a communicator of n, on
+// a tree of arity k (Arity unless a test says otherwise), sending with
+// send.
+func NewEra(n, me, k int, send Send) *Era {
+	return &Era{n: n, me: me, k: k, send: send, failed: newBitset(n), next: 1, recs: map[uint64]*Agreement{}, gcBelow: 1}
 }
 
-func newEraK(n, me, k int, send func(dest, tag int, payload []byte) error) *era {
-	return &era{n: n, me: me, k: k, send: send, failed: make([]bool, n), next: 1, recs: map[uint64]*agreement{}, gcBelow: 1}
-}
+// Size is the communicator's size.
+func (e *Era) Size() int { return e.n }
+
+// Failed reports whether rank r is known failed here.
+func (e *Era) Failed(r int) bool { return r >= 0 && r < e.n && e.failed.has(r) }
+
+// Known is the ranks known failed here, in rank order.
+func (e *Era) Known() []int { return e.known.ints() }
+
+// Held is how many agreements this process still keeps a record of.
+func (e *Era) Held() int { return len(e.recs) }
 
 // The tree. Ranks are tree indices: the parent of i is (i-1)/k.
 
 // ancestor is i's nearest ancestor not known failed, or -1.
-func (e *era) ancestor(i int) int {
+func (e *Era) ancestor(i int) int {
 	for i > 0 {
 		i = (i - 1) / e.k
-		if !e.failed[i] {
+		if !e.failed.has(i) {
 			return i
 		}
 	}
@@ -157,16 +204,11 @@ func (e *era) ancestor(i int) int {
 
 // root is the lowest rank not known failed (all its ancestors, lower
 // ranks, are): the root of the repaired tree.
-func (e *era) root() int {
-	for i, f := range e.failed {
-		if !f {
-			return i
-		}
-	}
-	return -1
-}
+func (e *Era) root() int { return e.failed.firstClear(e.n) }
 
-func (e *era) parent(i int) int {
+// Parent is rank i's parent in the tree as repaired by what this process
+// knows; the root is its own.
+func (e *Era) Parent(i int) int {
 	if a := e.ancestor(i); a >= 0 {
 		return a
 	}
@@ -176,7 +218,7 @@ func (e *era) parent(i int) int {
 // children appends i's children in the repaired tree to out: the
 // processes whose nearest live ancestor it is, and, for the root, the
 // other processes with no live ancestor.
-func (e *era) children(i int, out []int) []int {
+func (e *Era) children(i int, out []int) []int {
 	if i == e.root() {
 		out = e.tops(0, i, out)
 	}
@@ -188,11 +230,11 @@ func (e *era) children(i int, out []int) []int {
 
 // tops appends the live processes of j's subtree (j included) that have
 // no live ancestor within it, except skip.
-func (e *era) tops(j, skip int, out []int) []int {
+func (e *Era) tops(j, skip int, out []int) []int {
 	if j >= e.n {
 		return out
 	}
-	if !e.failed[j] {
+	if !e.failed.has(j) {
 		if j != skip {
 			out = append(out, j)
 		}
@@ -205,10 +247,10 @@ func (e *era) tops(j, skip int, out []int) []int {
 }
 
 // rec finds or makes the record of agreement seq.
-func (e *era) rec(seq uint64) *agreement {
+func (e *Era) rec(seq uint64) *Agreement {
 	a := e.recs[seq]
 	if a == nil {
-		a = &agreement{seq: seq, upTo: -1}
+		a = &Agreement{seq: seq, upTo: -1}
 		e.recs[seq] = a
 	}
 	return a
@@ -230,31 +272,28 @@ func ackKey(acked []int) (int, uint64) {
 	return len(s), h.Sum64()
 }
 
-// enter starts this process's part in the next agreement: its value,
+// Enter starts this process's part in the next agreement: its value,
 // the combining operation of each word (the same at every process), and
-// the failures it acknowledges (comm ranks).
-func (e *era) enter(val []uint64, ops []combOp, acked []int) *agreement {
-	return e.enterAt(e.reserve(), val, ops, acked)
+// the failures it acknowledges (ranks).
+func (e *Era) Enter(val []uint64, ops []Op, acked []int) *Agreement {
+	return e.EnterAt(e.Reserve(), val, ops, acked)
 }
 
-// reserve takes the next agreement's seq for a contribution made later
-// (enterAt): members reserve in one order and may enter in another.
-func (e *era) reserve() uint64 {
+// Reserve takes the next agreement's seq for a contribution made later
+// (EnterAt): members reserve in one order and may enter in another.
+func (e *Era) Reserve() uint64 {
 	seq := e.next
 	e.next++
 	return seq
 }
 
-// enterAt is enter for the reserved agreement seq.
-func (e *era) enterAt(seq uint64, val []uint64, ops []combOp, acked []int) *agreement {
+// EnterAt is Enter for the reserved agreement seq.
+func (e *Era) EnterAt(seq uint64, val []uint64, ops []Op, acked []int) *Agreement {
 	a := e.rec(seq)
-	a.state = stGathering
+	a.state = Gathering
 	a.ops = ops
 	a.val = slices.Clone(val)
-	a.dead = make([]bool, e.n)
-	a.gathered = make([]bool, e.n)
-	a.asked = make([]bool, e.n)
-	a.gathered[e.me] = true
+	a.gathered.add(e.me)
 	a.ackCount, a.ackHash = ackKey(acked)
 	a.gc = e.done
 	for _, p := range a.pending {
@@ -265,27 +304,27 @@ func (e *era) enterAt(seq uint64, val []uint64, ops []combOp, acked []int) *agre
 	return a
 }
 
-// decidedHere records the reserved agreement seq as decided by other
+// DecidedHere records the reserved agreement seq as decided by other
 // means — through shared memory, at every member alike — so that it
 // counts towards done. No message will concern it: it is forgotten once
 // done has passed it (at once, when it is the next).
-func (e *era) decidedHere(seq uint64) {
+func (e *Era) DecidedHere(seq uint64) {
 	if seq == e.done+1 && e.recs[seq] == nil {
 		e.done++
 		e.advanceDone()
 		return
 	}
 	a := e.rec(seq)
-	a.state, a.local = stDecided, true
+	a.state, a.local = Decided, true
 	a.pending = nil
 	e.advanceDone()
 }
 
 // advanceDone moves done past the agreements decided here.
-func (e *era) advanceDone() {
+func (e *Era) advanceDone() {
 	for {
 		a := e.recs[e.done+1]
-		if a == nil || a.state != stDecided {
+		if a == nil || a.state != Decided {
 			return
 		}
 		e.done++
@@ -295,21 +334,21 @@ func (e *era) advanceDone() {
 	}
 }
 
-// fail records that comm rank r failed.
-func (e *era) fail(r int) {
-	if r < 0 || r >= e.n || e.failed[r] {
+// Fail records that rank r failed.
+func (e *Era) Fail(r int) {
+	if r < 0 || r >= e.n || e.failed.has(r) {
 		return
 	}
-	e.failed[r] = true
-	e.nfailed++
+	e.failed.set(r)
+	e.known.add(r)
 	for _, a := range e.recs {
 		e.check(a)
 	}
 }
 
-// message takes what comm rank src sent on the channel.
-func (e *era) message(src, tag int, m []byte) {
-	if len(m) < 8 || src < 0 || src >= e.n || e.failed[src] {
+// Message takes what rank src sent with tag.
+func (e *Era) Message(src, tag int, m []byte) {
+	if len(m) < 8 || src < 0 || src >= e.n || e.failed.has(src) {
 		return
 	}
 	seq := binary.LittleEndian.Uint64(m)
@@ -318,71 +357,69 @@ func (e *era) message(src, tag int, m []byte) {
 	}
 	a := e.rec(seq)
 	switch tag {
-	case tagUp:
+	case TagUp:
 		switch a.state {
-		case stDecided:
+		case Decided:
 			e.sendDown(a, src)
-		case stNotEntered:
+		case NotEntered:
 			a.pending = append(a.pending, pendingUp{src, slices.Clone(m)})
 		default:
 			e.combine(a, src, m)
-			if a.state == stBroadcasting && !slices.Contains(a.requesters, src) {
+			if a.state == Broadcasting {
 				// Its contribution is counted already (it came through
 				// the child that failed between us) or by now; it waits
 				// for the decision from here.
-				a.requesters = append(a.requesters, src)
+				a.requesters.add(src)
 			}
 			e.check(a)
 		}
-	case tagDown:
-		if a.state == stGathering || a.state == stBroadcasting {
+	case TagDown:
+		if a.state == Gathering || a.state == Broadcasting {
 			if d, ok := e.decodeDown(m); ok && len(d.val) == len(a.val) {
-				e.decide(a, d.val, d.failed, d.dead, d.gc)
+				e.decide(a, d.val, d.raised, d.dead, d.gc)
 			}
 		}
-	case tagReq:
+	case TagReq:
 		switch a.state {
-		case stDecided:
+		case Decided:
 			e.sendDown(a, src)
-		case stBroadcasting:
-			if !slices.Contains(a.requesters, src) {
-				a.requesters = append(a.requesters, src)
-			}
-			e.sendUp(a, e.parent(e.me))
+		case Broadcasting:
+			a.requesters.add(src)
+			e.sendUp(a, e.Parent(e.me))
 		}
 	}
 }
 
 // check moves agreement a on as far as what is known allows.
-func (e *era) check(a *agreement) {
+func (e *Era) check(a *Agreement) {
 	switch a.state {
-	case stGathering:
-		var kids [64]int
-		for _, c := range e.children(e.me, kids[:0]) {
-			if !a.gathered[c] {
-				if a.restarted && !a.asked[c] {
-					a.asked[c] = true
+	case Gathering:
+		e.kids = e.children(e.me, e.kids[:0])
+		for _, c := range e.kids {
+			if !a.gathered.has(c) {
+				if a.restarted && !a.asked.has(c) {
+					a.asked.add(c)
 					e.sendReq(a, c)
 				}
 				return
 			}
 		}
-		p := e.parent(e.me)
+		p := e.Parent(e.me)
 		if p == e.me {
 			e.note(a)
-			e.decide(a, a.val, a.failed, a.dead, a.gc)
+			e.decide(a, a.val, a.raised, a.dead, a.gc)
 			return
 		}
 		e.sendUp(a, p)
-		a.state = stBroadcasting
-	case stBroadcasting:
-		p := e.parent(e.me)
+		a.state = Broadcasting
+	case Broadcasting:
+		p := e.Parent(e.me)
 		switch {
 		case p == a.upTo:
 		case p == e.me:
 			// The root failed and this process is the root now: its new
 			// children may hold the decision, or owe their contribution.
-			a.state = stGathering
+			a.state = Gathering
 			a.restarted = true
 			e.check(a)
 		default:
@@ -393,43 +430,37 @@ func (e *era) check(a *agreement) {
 
 // note adds this process's own knowledge to a: the failures it knows,
 // and an error if it knows of more than it acknowledged.
-func (e *era) note(a *agreement) {
-	for r, f := range e.failed {
-		if f {
-			a.dead[r] = true
-		}
-	}
-	if e.nfailed > a.ackCount {
-		a.failed = true
+func (e *Era) note(a *Agreement) {
+	a.dead.union(e.known)
+	if len(e.known) > a.ackCount {
+		a.raised = true
 	}
 }
 
 // combine counts src's contribution (an UP) into a, once.
-func (e *era) combine(a *agreement, src int, m []byte) {
-	if a.gathered[src] {
+func (e *Era) combine(a *Agreement, src int, m []byte) {
+	if a.gathered.has(src) {
 		return
 	}
 	u, ok := e.decodeUp(m, len(a.val))
 	if !ok {
 		return
 	}
-	a.gathered[src] = true
+	a.gathered.add(src)
 	for i, o := range a.ops {
-		a.val[i] = o.combine(a.val[i], u.val[i])
+		a.val[i] = o.Combine(a.val[i], u.val[i])
 	}
-	if u.failed || u.ackCount != a.ackCount || u.ackHash != a.ackHash {
-		a.failed = true
+	if u.raised || u.ackCount != a.ackCount || u.ackHash != a.ackHash {
+		a.raised = true
 	}
-	for _, r := range u.dead {
-		a.dead[r] = true
-	}
+	a.dead.union(u.dead)
 	a.gc = min(a.gc, u.gc)
 }
 
-func (e *era) decide(a *agreement, val []uint64, failed bool, dead []bool, gc uint64) {
-	a.state = stDecided
+func (e *Era) decide(a *Agreement, val []uint64, raised bool, dead rankSet, gc uint64) {
+	a.state = Decided
 	a.val = slices.Clone(val)
-	a.failed = failed
+	a.raised = raised
 	a.dead = slices.Clone(dead)
 	a.gc = gc
 	a.pending = nil
@@ -437,22 +468,22 @@ func (e *era) decide(a *agreement, val []uint64, failed bool, dead []bool, gc ui
 	// here and may wait for the decision from here: one that took this
 	// process for its parent before this one knew the process between
 	// them failed, or asked after it had contributed.
-	var kids [64]int
-	to := e.children(e.me, kids[:0])
-	for r, g := range a.gathered {
-		if g && !slices.Contains(to, r) {
-			to = append(to, r)
+	to := e.children(e.me, e.kids[:0])
+	for _, r := range a.gathered {
+		if !slices.Contains(to, int(r)) {
+			to = append(to, int(r))
 		}
 	}
 	for _, r := range a.requesters {
-		if !slices.Contains(to, r) {
-			to = append(to, r)
+		if !slices.Contains(to, int(r)) {
+			to = append(to, int(r))
 		}
 	}
+	e.kids = to
 	for _, r := range to {
 		e.sendDown(a, r)
 	}
-	a.requesters = nil
+	a.requesters, a.gathered, a.asked = nil, nil, nil
 	e.advanceDone()
 	// Every process that is not known failed contributed to this
 	// decision, and had decided every agreement up to gc: none of them
@@ -468,103 +499,98 @@ func (e *era) decide(a *agreement, val []uint64, failed bool, dead []bool, gc ui
 // set is a list of uint32 ranks or a bitmap, whichever is shorter.
 
 const (
-	flagFailed = 1 << iota
+	flagRaised = 1 << iota
 	flagBitmap
 )
 
 type upMsg struct {
 	val      []uint64
-	failed   bool
+	raised   bool
 	ackCount int
 	ackHash  uint64
 	gc       uint64
-	dead     []int
+	dead     rankSet
 }
 
 type downMsg struct {
 	val    []uint64
-	failed bool
+	raised bool
 	gc     uint64
-	dead   []bool
+	dead   rankSet
 }
 
-func (e *era) appendDead(b []byte, flags *byte, dead []bool) []byte {
-	n := 0
-	for _, d := range dead {
-		if d {
-			n++
-		}
-	}
-	if 4*n <= (e.n+7)/8 {
-		b = binary.LittleEndian.AppendUint32(b, uint32(n))
-		for r, d := range dead {
-			if d {
-				b = binary.LittleEndian.AppendUint32(b, uint32(r))
-			}
+func (e *Era) appendDead(b []byte, flags *byte, dead rankSet) []byte {
+	if 4*len(dead) <= (e.n+7)/8 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(dead)))
+		for _, r := range dead {
+			b = binary.LittleEndian.AppendUint32(b, uint32(r))
 		}
 		return b
 	}
 	*flags |= flagBitmap
 	b = binary.LittleEndian.AppendUint32(b, uint32(e.n))
-	bm := make([]byte, (e.n+7)/8)
-	for r, d := range dead {
-		if d {
-			bm[r/8] |= 1 << (r % 8)
-		}
+	at := len(b)
+	b = append(b, make([]byte, (e.n+7)/8)...)
+	for _, r := range dead {
+		b[at+int(r)/8] |= 1 << (r % 8)
 	}
-	return append(b, bm...)
+	return b
 }
 
-func (e *era) readDead(b []byte, bitmap bool, each func(r int)) bool {
+// readDead decodes a dead set, in rank order.
+func (e *Era) readDead(b []byte, bitmap bool) (rankSet, bool) {
 	if len(b) < 4 {
-		return false
+		return nil, false
 	}
 	n := int(binary.LittleEndian.Uint32(b))
 	b = b[4:]
+	var out rankSet
 	if bitmap {
 		if n != e.n || len(b) != (n+7)/8 {
-			return false
+			return nil, false
 		}
 		for i, x := range b {
 			for x != 0 {
 				k := bits.TrailingZeros8(x)
 				x &^= 1 << k
 				if r := i*8 + k; r < e.n {
-					each(r)
+					out = append(out, int32(r))
 				}
 			}
 		}
-		return true
+		return out, true
 	}
 	if len(b) != 4*n {
-		return false
+		return nil, false
 	}
+	out = make(rankSet, 0, n)
 	for i := 0; i < n; i++ {
-		r := int(binary.LittleEndian.Uint32(b[4*i:]))
-		if r >= e.n {
-			return false
+		r := binary.LittleEndian.Uint32(b[4*i:])
+		if r >= uint32(e.n) {
+			return nil, false
 		}
-		each(r)
+		out = append(out, int32(r))
 	}
-	return true
+	slices.Sort(out)
+	return slices.Compact(out), true
 }
 
-func (e *era) sendUp(a *agreement, p int) {
+func (e *Era) sendUp(a *Agreement, p int) {
 	a.upTo = p
 	e.note(a)
 	b := binary.LittleEndian.AppendUint64(e.buf[:0], a.seq)
 	b = append(b, 0, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint32(b, uint32(a.ackCount))
 	b = binary.LittleEndian.AppendUint64(b, a.ackHash)
-	e.sendValue(a, p, tagUp, b)
+	e.sendValue(a, p, TagUp, b)
 }
 
 // sendValue appends a's gc bound, value and dead set to the message b
 // has begun (its flags byte at 8), and sends it.
-func (e *era) sendValue(a *agreement, dest, tag int, b []byte) {
+func (e *Era) sendValue(a *Agreement, dest, tag int, b []byte) {
 	flags := byte(0)
-	if a.failed {
-		flags |= flagFailed
+	if a.raised {
+		flags |= flagRaised
 	}
 	b = binary.LittleEndian.AppendUint64(b, a.gc)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(a.val)))
@@ -579,13 +605,13 @@ func (e *era) sendValue(a *agreement, dest, tag int, b []byte) {
 	}
 }
 
-func (e *era) decodeUp(m []byte, nval int) (upMsg, bool) {
+func (e *Era) decodeUp(m []byte, nval int) (upMsg, bool) {
 	var u upMsg
 	if len(m) < 36 {
 		return u, false
 	}
 	flags := m[8]
-	u.failed = flags&flagFailed != 0
+	u.raised = flags&flagRaised != 0
 	u.ackCount = int(binary.LittleEndian.Uint32(m[12:]))
 	u.ackHash = binary.LittleEndian.Uint64(m[16:])
 	u.gc = binary.LittleEndian.Uint64(m[24:])
@@ -596,26 +622,27 @@ func (e *era) decodeUp(m []byte, nval int) (upMsg, bool) {
 	for i := range u.val {
 		u.val[i] = binary.LittleEndian.Uint64(m[36+8*i:])
 	}
-	ok := e.readDead(m[36+8*nval:], flags&flagBitmap != 0, func(r int) { u.dead = append(u.dead, r) })
+	var ok bool
+	u.dead, ok = e.readDead(m[36+8*nval:], flags&flagBitmap != 0)
 	return u, ok
 }
 
-func (e *era) sendDown(a *agreement, dest int) {
+func (e *Era) sendDown(a *Agreement, dest int) {
 	if dest == e.me {
 		return
 	}
 	b := binary.LittleEndian.AppendUint64(e.buf[:0], a.seq)
 	b = append(b, 0, 0, 0, 0)
-	e.sendValue(a, dest, tagDown, b)
+	e.sendValue(a, dest, TagDown, b)
 }
 
-func (e *era) decodeDown(m []byte) (downMsg, bool) {
+func (e *Era) decodeDown(m []byte) (downMsg, bool) {
 	var d downMsg
 	if len(m) < 24 {
 		return d, false
 	}
 	flags := m[8]
-	d.failed = flags&flagFailed != 0
+	d.raised = flags&flagRaised != 0
 	d.gc = binary.LittleEndian.Uint64(m[12:])
 	nval := int(binary.LittleEndian.Uint32(m[20:]))
 	if nval > (len(m)-24)/8 {
@@ -625,15 +652,15 @@ func (e *era) decodeDown(m []byte) (downMsg, bool) {
 	for i := range d.val {
 		d.val[i] = binary.LittleEndian.Uint64(m[24+8*i:])
 	}
-	d.dead = make([]bool, e.n)
-	ok := e.readDead(m[24+8*nval:], flags&flagBitmap != 0, func(r int) { d.dead[r] = true })
+	var ok bool
+	d.dead, ok = e.readDead(m[24+8*nval:], flags&flagBitmap != 0)
 	return d, ok
 }
 
-func (e *era) sendReq(a *agreement, dest int) {
+func (e *Era) sendReq(a *Agreement, dest int) {
 	b := binary.LittleEndian.AppendUint64(e.buf[:0], a.seq)
 	e.buf = b
-	if err := e.send(dest, tagReq, b); err != nil && a.err == nil {
+	if err := e.send(dest, TagReq, b); err != nil && a.err == nil {
 		a.err = err
 	}
 }
