@@ -70,6 +70,7 @@ type engine struct {
 	direct int
 	fin    wire.Header  // a FIN being sent; here so that it does not escape to the heap
 	nh     wire.Header  // a notice being sent, likewise
+	nbrs   []int        // a notice's neighbours (ulfm.Neighbours), likewise
 	order  []int        // world ranks known failed, in the order this process learned it
 	sh     wire.Header  // a short message's, sent by sendNow; likewise
 	pl     wire.Payload // an unexpected message being received, likewise

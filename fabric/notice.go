@@ -6,49 +6,15 @@ import (
 	"slices"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // What one process learns of a failure, from any source — its pidfds, the
 // launcher, the NIC, a detector's verdict — every other learns from it:
-// the process sends a notice to its neighbours in a binomial graph over
-// the world (the ranks at distances ±1, ±2, ±4, … up to half the world),
-// and each process that learns from a notice sends it on to its own
-// neighbours, once. A notice is a frame of its own kind, outside message
-// matching, so nothing waits on a receive for it. With ⌈log2 n⌉ hops from
-// any process to any other, and about 2·log2 n edges into each, it reaches
-// every survivor even when processes — the first sender included — die
-// while it spreads: the distance-1 edges skip processes known failed, so
-// each process always has a live neighbour on either side.
-
-// neighbours lists the world ranks process me of n sends notices to:
-// me±2^k for 2^k ≤ n/2, where ±1 step past processes known failed
-// (failed reports which) to the nearest that is not. Each rank once.
-func neighbours(me, n int, failed func(int) bool) []int {
-	var out []int
-	add := func(w int) {
-		if w == me || failed(w) {
-			return
-		}
-		for _, x := range out {
-			if x == w {
-				return
-			}
-		}
-		out = append(out, w)
-	}
-	for d := 1; d <= n/2; d *= 2 {
-		for _, dir := range []int{1, -1} {
-			w := ((me+dir*d)%n + n) % n
-			if d == 1 {
-				for k := 1; k < n && failed(w); k++ {
-					w = ((w+dir)%n + n) % n
-				}
-			}
-			add(w)
-		}
-	}
-	return out
-}
+// the process sends a notice to its neighbours in ulfm's binomial graph
+// (ulfm.Neighbours), and each process that learns from a notice sends it
+// on to its own neighbours, once. A notice is a frame of its own kind,
+// outside message matching, so nothing waits on a receive for it.
 
 // spread tells this process's neighbours that world rank w failed; with
 // e.mu held. The graph is over the processes this one reaches — the job's
@@ -56,7 +22,8 @@ func neighbours(me, n int, failed func(int) bool) []int {
 func (e *engine) spread(w int) {
 	joined := e.joined()
 	me := slices.Index(joined, e.me)
-	for _, i := range neighbours(me, len(joined), func(i int) bool { return e.failed[joined[i]] != nil }) {
+	e.nbrs = ulfm.Neighbours(me, len(joined), func(i int) bool { return e.failed[joined[i]] != nil }, e.nbrs[:0])
+	for _, i := range e.nbrs {
 		t := joined[i]
 		e.nh = wire.Header{Kind: wire.Notice, Tag: wire.NoticeFailed, Src: int32(w)}
 		e.sendCtl(t, &e.nh)

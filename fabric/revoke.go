@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // Revoke revokes the communicator at every live member (MPI_Comm_revoke).
@@ -138,7 +139,8 @@ func (e *engine) dropRevoked(peer int, h *wire.Header) {
 // the binomial graph over its members (as spread does over the world).
 func (e *engine) spreadRevoke(c *Comm, hops int) {
 	failed := func(r int) bool { return e.failed[c.ranks[r]] != nil }
-	for _, t := range neighbours(c.rank, c.Size(), failed) {
+	e.nbrs = ulfm.Neighbours(c.rank, c.Size(), failed, e.nbrs[:0])
+	for _, t := range e.nbrs {
 		e.nh = wire.Header{Kind: wire.Notice, Tag: wire.NoticeRevoked, Ctx: c.id, ID: c.gen, Size: uint64(hops)}
 		e.sendCtl(c.ranks[t], &e.nh)
 		if testHookNoticeSent != nil {

@@ -1,6 +1,4 @@
-//go:build linux
-
-package fabric
+package ulfm
 
 import (
 	"math/bits"
@@ -22,7 +20,7 @@ func TestNeighbours(t *testing.T) {
 		for len(q) > 0 {
 			u := q[0]
 			q = q[1:]
-			for _, v := range neighbours(u, n, func(r int) bool { return failed[r] }) {
+			for _, v := range Neighbours(u, n, func(r int) bool { return failed[r] }, nil) {
 				if d[v] < 0 {
 					d[v] = d[u] + 1
 					q = append(q, v)
