@@ -6,12 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // Detector defaults, for fabric.DefaultHeartbeat's period: a stopped
@@ -168,24 +168,10 @@ func (d *Detector) Observing() int {
 // but this process.
 func (d *Detector) next(from int) int {
 	ep := d.ep
-	joined, me := ep.Joined(), d.me
-	n := len(joined)
-	at := slices.Index(joined, from)
-	if at < 0 {
-		// from is not reached (cannot happen for a process's own rank):
-		// start from its place in the order.
-		at, _ = slices.BinarySearch(joined, from)
-	}
-	for i := 1; i <= n; i++ {
-		w := joined[((at-i)%n+n)%n]
-		if w == me {
-			return -1
-		}
-		if s := ep.State(w); s == fabric.Alive || s == fabric.Stalled {
-			return w
-		}
-	}
-	return -1
+	return ulfm.Predecessor(ep.Joined(), from, d.me, func(w int) bool {
+		s := ep.State(w)
+		return s == fabric.Alive || s == fabric.Stalled
+	})
 }
 
 func (d *Detector) setObserving(w int) {
@@ -206,11 +192,10 @@ func (d *Detector) run(obs int) {
 	defer deadline.Stop()
 	now := time.Now()
 	d.setObserving(obs)
-	s := silence{o: d.o}
-	s.restart(now)
+	s := ulfm.NewSilence(ulfm.Times{Timeout: d.o.Timeout, Tick: d.o.Tick, StalledAfter: d.o.StalledAfter, Unconfirmed: d.o.Unconfirmed}, now)
 	// probe asks this node's kernel about the observed process's
 	// heartbeat thread, only once its heartbeat stood still for Timeout.
-	probe := func() fabric.Runstate { return ep.HeartbeatRunstate(obs) }
+	probe := func() ulfm.Runstate { return runstate(ep.HeartbeatRunstate(obs)) }
 	for {
 		select {
 		case <-d.stop:
@@ -229,10 +214,10 @@ func (d *Detector) run(obs int) {
 			}
 			obs = w
 			d.setObserving(obs)
-			s.restart(now)
+			s.Restart(now)
 		}
 		if obs < 0 {
-			s.prev = now
+			s.Restart(now)
 			continue
 		}
 		b, err := ep.Heartbeat(obs)
@@ -246,21 +231,21 @@ func (d *Detector) run(obs int) {
 			ep.SetStalled(obs, false)
 			obs = d.next(obs)
 			d.setObserving(obs)
-			s.restart(now)
+			s.Restart(now)
 			continue
 		}
-		v, left := s.look(now, b, probe)
+		v, left := s.Look(now, ulfm.Reading{Count: b.Count, At: b.At}, probe)
 		switch v {
-		case beating:
+		case ulfm.Beating:
 			ep.SetStalled(obs, false)
-		case stalled:
+		case ulfm.Stalled:
 			ep.SetStalled(obs, true)
-		case convicted:
+		case ulfm.Convicted:
 			ep.MarkFailed(obs, fmt.Errorf("%w: its heartbeat did not move for %v, and %s (observed by world rank %d)",
-				ErrSuspected, now.Sub(s.moved).Round(time.Millisecond), s.why, me))
+				ErrSuspected, now.Sub(s.Moved()).Round(time.Millisecond), s.Why(), me))
 			obs = d.next(obs)
 			d.setObserving(obs)
-			s.restart(now)
+			s.Restart(now)
 		}
 		if left > 0 {
 			deadline.Reset(left)
@@ -268,115 +253,19 @@ func (d *Detector) run(obs int) {
 	}
 }
 
-// A verdict is what one look at a heartbeat concludes.
-type verdict int
-
-const (
-	quiet     verdict = iota // nothing new
-	beating                  // the count changed
-	stalled                  // silent for StalledAfter
-	convicted                // silent for Timeout
-)
-
-// silence measures how long one observed heartbeat has stood still, and
-// weighs the evidence before a verdict.
-type silence struct {
-	o     Options
-	moved time.Time // no earlier than the last beat seen
-	prev  time.Time // the last look
-	count uint64    // what the heartbeat showed at moved
-	known bool      // a count has been seen
-	stall time.Time // the last look that came late: the observer's own silence
-	why   string    // the evidence of a conviction
-}
-
-// restart measures afresh from now, with no count known (a new observed
-// process).
-func (s *silence) restart(now time.Time) {
-	s.moved, s.prev, s.known, s.stall = now, now, false, time.Time{}
-}
-
-// look takes the reading b that a look at now found, and returns the
-// verdict and, when the silence will reach Timeout before the next tick,
-// how long until then (0 otherwise): looking again then convicts at the
-// timeout itself, not a tick after it (ticks come microseconds late, so
-// a silence of 199.99 ms at a tick waited a whole tick more, half the
-// time).
-//
-// Once the silence reaches Timeout, look asks probe what the observed
-// process's node says of its heartbeat thread, and convicts only on
-// evidence (see judge).
-func (s *silence) look(now time.Time, b fabric.Beat, probe func() fabric.Runstate) (v verdict, left time.Duration) {
-	prev := s.prev
-	if now.Sub(prev) > 2*s.o.Tick {
-		// This process was not looking (descheduled, or its own
-		// goroutines starved the ticker): a silence measured across that
-		// may be its own, and only the kernel's word can convict
-		// across it (see judge).
-		s.stall = now
+// runstate is fabric's word on a heartbeat thread as ulfm's rules take it.
+func runstate(r fabric.Runstate) ulfm.Runstate {
+	switch r {
+	case fabric.RunWaiting:
+		return ulfm.RunWaiting
+	case fabric.RunAsleep:
+		return ulfm.RunAsleep
+	case fabric.RunFrozen:
+		return ulfm.RunFrozen
+	case fabric.RunStopped:
+		return ulfm.RunStopped
+	case fabric.RunGone:
+		return ulfm.RunGone
 	}
-	s.prev = now
-	switch {
-	case b.Seen() && (!s.known || b.Count != s.count):
-		// The beat came before the read that showed it, and after the
-		// last look, which had not seen it. The measure starts at the
-		// read — never earlier, or a read that was itself late (its
-		// goroutine descheduled after the tick) would make a silence
-		// out of the delay — unless the read is older than the last look.
-		s.count, s.known, s.moved = b.Count, true, b.At
-		if b.At.Before(prev) {
-			s.moved = now
-		}
-		return beating, 0
-	case !s.known:
-		// A heartbeat never read yet (a new observed process, not yet
-		// connected) convicts nobody: a connection that cannot be made
-		// fails the process by itself.
-		s.moved = now
-		return quiet, 0
-	case now.Sub(s.moved) >= s.o.Timeout:
-		return s.judge(now, b, probe), 0
-	}
-	if left = s.o.Timeout - now.Sub(s.moved); left >= s.o.Tick {
-		left = 0
-	}
-	if now.Sub(s.moved) >= s.o.StalledAfter {
-		return stalled, left
-	}
-	return quiet, left
-}
-
-// judge weighs a silence of at least Timeout: it convicts a process its
-// node's kernel says is stopped, frozen or gone; never one that waits to
-// run or sleeps — a busy machine or a throttled cgroup starves a live
-// heartbeat for as long as it likes, a virtual machine's held CPU keeps
-// a sleeping one asleep past its timer, and that is slowness, not
-// failure. Where the kernel cannot be asked (another node), a process
-// convicts when its memory no longer answers reads, or when it answers
-// but does not beat for Unconfirmed.
-func (s *silence) judge(now time.Time, b fabric.Beat, probe func() fabric.Runstate) verdict {
-	switch rs := probe(); rs {
-	case fabric.RunStopped, fabric.RunFrozen, fabric.RunGone:
-		s.why = "its node's kernel says it is " + rs.String()
-		return convicted
-	case fabric.RunAsleep, fabric.RunWaiting:
-		return stalled
-	}
-	// Jitter guard: without the kernel's word, a silence counts only
-	// from this process's own last stall.
-	since := s.moved
-	if s.stall.After(since) {
-		since = s.stall
-	}
-	switch {
-	case now.Sub(since) < s.o.Timeout:
-		return stalled
-	case now.Sub(b.At) >= s.o.Timeout/2:
-		s.why = fmt.Sprintf("no read of it was answered for %v", now.Sub(b.At).Round(time.Millisecond))
-		return convicted
-	case now.Sub(since) >= s.o.Unconfirmed:
-		s.why = "its node cannot say why"
-		return convicted
-	}
-	return stalled
+	return ulfm.RunUnknown
 }

@@ -1,0 +1,158 @@
+package ulfm
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSilence: the detector's measure of a heartbeat convicts a process
+// its node's kernel says is stopped when the silence since the look that
+// saw it move reaches Timeout — at that moment, between ticks if need
+// be, never before — and not after a look that came late (the
+// observer's own silence) or before any count was read. And it convicts
+// only on evidence: never a process that waits to run or sleeps, however
+// long; one on another node when reads go unanswered, or after
+// Unconfirmed.
+func TestSilence(t *testing.T) {
+	o := Times{Timeout: 250 * time.Millisecond, Tick: 100 * time.Millisecond, StalledAfter: 60 * time.Millisecond,
+		Unconfirmed: 1000 * time.Millisecond}
+	t0 := time.Unix(1000, 0)
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	type look struct {
+		ms    float64
+		count uint64
+		seen  bool
+		want  Verdict
+		left  time.Duration
+		read  float64 // when the count was read, if not at the look
+	}
+	stopped := []Runstate{RunStopped}
+	for _, tc := range []struct {
+		name  string
+		looks []look
+		// what the kernel says at each probe (the last one from then on)
+		kernel []Runstate
+	}{
+		{"convicted at the timeout, between ticks", []look{
+			{0, 1, true, Beating, 0, 0},
+			{100, 1, true, Stalled, 0, 0},
+			{200.001, 1, true, Stalled, 49999 * time.Microsecond, 0},
+			{249.999, 1, true, Stalled, time.Microsecond, 0},
+			{250, 1, true, Convicted, 0, 0},
+		}, stopped},
+		{"a beat starts the measure again", []look{
+			{0, 1, true, Beating, 0, 0},
+			{100, 1, true, Stalled, 0, 0},
+			{200, 2, true, Beating, 0, 0},
+			{300, 2, true, Stalled, 0, 0},
+			{400, 2, true, Stalled, 50 * time.Millisecond, 0},
+			{450, 2, true, Convicted, 0, 0},
+		}, stopped},
+		{"a late look is the observer's own silence, on another node", []look{
+			{0, 1, true, Beating, 0, 0},
+			{100, 1, true, Stalled, 0, 0},
+			{400, 1, true, Stalled, 0, 0}, // 300 ms since the last look
+			{500, 1, true, Stalled, 0, 500},
+			{600, 1, true, Stalled, 0, 500}, // unanswered, but only 200 ms since the stall
+			{650, 1, true, Convicted, 0, 500},
+		}, []Runstate{RunUnknown}},
+		{"a late look convicts on the kernel's word", []look{
+			{0, 1, true, Beating, 0, 0},
+			{100, 1, true, Stalled, 0, 0},
+			{400, 1, true, Convicted, 0, 0},
+		}, stopped},
+		{"the measure starts at the read that saw the beat", []look{
+			{0, 1, true, Beating, 0, 0},
+			{100, 2, true, Beating, 0, 96}, // read at 96 ms (over verbs, the tick before)
+			{300, 2, true, Stalled, 46 * time.Millisecond, 296},
+			{346, 2, true, Convicted, 0, 342},
+		}, stopped},
+		{"a read older than the last look starts nothing early", []look{
+			{0, 1, true, Beating, 0, 0},
+			{100, 2, true, Beating, 0, -50},
+			{300, 2, true, Stalled, 50 * time.Millisecond, 0},
+			{350, 2, true, Convicted, 0, 0},
+		}, stopped},
+		{"nothing read convicts nobody", []look{
+			{0, 0, false, Quiet, 0, 0},
+			{100, 0, false, Quiet, 0, 0},
+			{200, 0, false, Quiet, 0, 0},
+			{300, 0, false, Quiet, 0, 0},
+			{400, 7, true, Beating, 0, 0},
+		}, stopped},
+		{"gone and frozen convict like stopped", []look{
+			{0, 1, true, Beating, 0, 0},
+			{100, 1, true, Stalled, 0, 0},
+			{200, 1, true, Stalled, 50 * time.Millisecond, 0},
+			{250, 1, true, Convicted, 0, 0},
+		}, []Runstate{RunGone}},
+		{"waiting to run never convicts", []look{
+			{0, 1, true, Beating, 0, 0},
+			{200, 1, true, Stalled, 50 * time.Millisecond, 0},
+			{250, 1, true, Stalled, 0, 0},
+			{350, 1, true, Stalled, 0, 0},
+			{450, 1, true, Stalled, 0, 0},
+			{550, 1, true, Stalled, 0, 0},
+			{650, 1, true, Stalled, 0, 0},
+			{750, 1, true, Stalled, 0, 0},
+			{850, 1, true, Stalled, 0, 0},
+			{950, 1, true, Stalled, 0, 0},
+			{1050, 1, true, Stalled, 0, 0},
+			{1150, 2, true, Beating, 0, 0}, // it ran at last
+		}, []Runstate{RunWaiting}},
+		{"asleep never convicts: its timer may be held with its CPU", []look{
+			{0, 1, true, Beating, 0, 0},
+			{200, 1, true, Stalled, 50 * time.Millisecond, 0},
+			{250, 1, true, Stalled, 0, 0},
+			{350, 1, true, Stalled, 0, 0},
+			{450, 1, true, Stalled, 0, 0},
+			{550, 1, true, Stalled, 0, 0},
+			{650, 2, true, Beating, 0, 0},
+		}, []Runstate{RunAsleep, RunWaiting, RunAsleep}},
+		{"another node: answered reads wait for Unconfirmed", []look{
+			{0, 1, true, Beating, 0, 0},
+			{100, 1, true, Stalled, 0, 0},
+			{200, 1, true, Stalled, 50 * time.Millisecond, 0},
+			{250, 1, true, Stalled, 0, 0},
+			{350, 1, true, Stalled, 0, 0},
+			{450, 1, true, Stalled, 0, 0},
+			{550, 1, true, Stalled, 0, 0},
+			{650, 1, true, Stalled, 0, 0},
+			{750, 1, true, Stalled, 0, 0},
+			{850, 1, true, Stalled, 0, 0},
+			{950, 1, true, Stalled, 0, 0},
+			{1000, 1, true, Convicted, 0, 0},
+		}, []Runstate{RunUnknown}},
+		{"another node: unanswered reads convict at Timeout", []look{
+			{0, 1, true, Beating, 0, 0},
+			{100, 1, true, Stalled, 0, 100},
+			{200, 1, true, Stalled, 50 * time.Millisecond, 100},
+			{250, 1, true, Convicted, 0, 100}, // the last answer came 150 ms ago
+		}, []Runstate{RunUnknown}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSilence(o, t0)
+			for _, l := range tc.looks {
+				b := Reading{Count: l.count}
+				if l.seen {
+					b.At = at(l.ms)
+					if l.read != 0 {
+						b.At = at(l.read)
+					}
+				}
+				probe := func() Runstate {
+					rs := tc.kernel[0]
+					if len(tc.kernel) > 1 {
+						tc.kernel = tc.kernel[1:]
+					}
+					return rs
+				}
+				v, left := s.Look(at(l.ms), b, probe)
+				if v != l.want || left != l.left {
+					t.Fatalf("look at %v ms (count %d, seen %v): verdict %d, recheck in %v; want %d, %v",
+						l.ms, l.count, l.seen, v, left, l.want, l.left)
+				}
+			}
+		})
+	}
+}
