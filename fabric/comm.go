@@ -9,6 +9,8 @@ import (
 	"math/bits"
 	"slices"
 	"sync/atomic"
+
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // Special ranks and tags.
@@ -51,6 +53,7 @@ type Comm struct {
 	ft         ftState      // the fault-tolerance channel (SetFTHandler, SendFT)
 	revoked    atomic.Bool  // set under e.mu (revoke)
 	revokeHops int          // the fewest hops a revoke notice came in: 0 revoked here, -1 none (learned from an operation); under e.mu
+	revokeN    ulfm.Notices // the revoke's broadcast, this member's part; under e.mu
 
 	inter *inter  // an intercommunicator's parts (intercomm.go); nil for an intracommunicator
 	links []*Comm // revoked and freed with this one: an intercommunicator's parts

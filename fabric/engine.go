@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // The engine is one process's matching and progress engine: MPI's posted
@@ -67,13 +68,14 @@ type engine struct {
 	spin     int // idle polls before a wait yields the CPU
 	// direct is the world rank whose frames a blocking receive is
 	// reading itself (recvDirect), -1 if none: polls leave them to it.
-	direct int
-	fin    wire.Header  // a FIN being sent; here so that it does not escape to the heap
-	nh     wire.Header  // a notice being sent, likewise
-	nbrs   []int        // a notice's neighbours (ulfm.Neighbours), likewise
-	order  []int        // world ranks known failed, in the order this process learned it
-	sh     wire.Header  // a short message's, sent by sendNow; likewise
-	pl     wire.Payload // an unexpected message being received, likewise
+	direct  int
+	fin     wire.Header  // a FIN being sent; here so that it does not escape to the heap
+	nh      wire.Header  // a notice being sent, likewise
+	nbrs    []int        // a notice's neighbours (ulfm.Neighbours), likewise
+	notices ulfm.Notices // the failure notices' broadcast, this process's part
+	order   []int        // world ranks known failed, in the order this process learned it
+	sh      wire.Header  // a short message's, sent by sendNow; likewise
+	pl      wire.Payload // an unexpected message being received, likewise
 	// verdicts carries the ranks this process declared failed to the
 	// launcher (rivetrun -ft), which kills them if they do not exit; nil
 	// without a launcher, closed at Close.
@@ -810,6 +812,7 @@ func (e *engine) declare(peer int) {
 	}
 	e.fence(peer)
 	e.spread(peer)
+	e.recheckRevokes(peer)
 	for _, c := range e.comms {
 		e.rangeRevoke(c, peer)
 	}

@@ -6,15 +6,16 @@ import (
 	"slices"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
-	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // What one process learns of a failure, from any source — its pidfds, the
 // launcher, the NIC, a detector's verdict — every other learns from it:
-// the process sends a notice to its neighbours in ulfm's binomial graph
-// (ulfm.Neighbours), and each process that learns from a notice sends it
-// on to its own neighbours, once. A notice is a frame of its own kind,
-// outside message matching, so nothing waits on a receive for it.
+// the process sends a notice to its neighbours in ulfm's binomial graph,
+// and each process that learns from a notice sends it on to its own
+// neighbours, once; a neighbour it has next to it only now that it knows
+// of a failure gets every failure it knows (ulfm.Notices). A notice is a
+// frame of its own kind, outside message matching, so nothing waits on a
+// receive for it.
 
 // spread tells this process's neighbours that world rank w failed; with
 // e.mu held. The graph is over the processes this one reaches — the job's
@@ -22,15 +23,14 @@ import (
 func (e *engine) spread(w int) {
 	joined := e.joined()
 	me := slices.Index(joined, e.me)
-	e.nbrs = ulfm.Neighbours(me, len(joined), func(i int) bool { return e.failed[joined[i]] != nil }, e.nbrs[:0])
-	for _, i := range e.nbrs {
+	e.notices.Spread(me, len(joined), w, func(i int) bool { return e.failed[joined[i]] != nil }, func(i, v int) {
 		t := joined[i]
-		e.nh = wire.Header{Kind: wire.Notice, Tag: wire.NoticeFailed, Src: int32(w)}
+		e.nh = wire.Header{Kind: wire.Notice, Tag: wire.NoticeFailed, Src: int32(v)}
 		e.sendCtl(t, &e.nh)
 		if testHookNoticeSent != nil {
 			testHookNoticeSent(t)
 		}
-	}
+	})
 }
 
 // joined lists the world ranks this process reaches, itself included,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/wire"
-	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // Revoke revokes the communicator at every live member (MPI_Comm_revoke).
@@ -136,16 +135,35 @@ func (e *engine) dropRevoked(peer int, h *wire.Header) {
 }
 
 // spreadRevoke sends the notice that c is revoked to c's neighbours in
-// the binomial graph over its members (as spread does over the world).
+// the binomial graph over its members (as spread does over the world),
+// hops hops from where it started.
 func (e *engine) spreadRevoke(c *Comm, hops int) {
-	failed := func(r int) bool { return e.failed[c.ranks[r]] != nil }
-	e.nbrs = ulfm.Neighbours(c.rank, c.Size(), failed, e.nbrs[:0])
-	for _, t := range e.nbrs {
-		e.nh = wire.Header{Kind: wire.Notice, Tag: wire.NoticeRevoked, Ctx: c.id, ID: c.gen, Size: uint64(hops)}
-		e.sendCtl(c.ranks[t], &e.nh)
-		if testHookNoticeSent != nil {
-			testHookNoticeSent(c.ranks[t])
+	c.revokeN.Spread(c.rank, c.Size(), 0, func(r int) bool { return e.failed[c.ranks[r]] != nil },
+		func(t, _ int) { e.sendRevoke(c, t, hops) })
+}
+
+// recheckRevokes sends the revoke of each revoked communicator with
+// world rank w among its members to a neighbour that w's failure made
+// new (ulfm.Notices.Recheck): the notice may have gone to w, dead
+// already, and with it the only way to the members beyond. With e.mu
+// held.
+func (e *engine) recheckRevokes(w int) {
+	for _, c := range e.comms {
+		if !c.revoked.Load() || c.freed.Load() || c.inter != nil || c.Size() < 2 || c.fromWorld(w) < 0 {
+			continue
 		}
+		hops := max(c.revokeHops, 0) + 1
+		c.revokeN.Recheck(c.rank, c.Size(), func(r int) bool { return e.failed[c.ranks[r]] != nil },
+			func(t, _ int) { e.sendRevoke(c, t, hops) })
+	}
+}
+
+// sendRevoke sends the notice that c is revoked to its member t.
+func (e *engine) sendRevoke(c *Comm, t, hops int) {
+	e.nh = wire.Header{Kind: wire.Notice, Tag: wire.NoticeRevoked, Ctx: c.id, ID: c.gen, Size: uint64(hops)}
+	e.sendCtl(c.ranks[t], &e.nh)
+	if testHookNoticeSent != nil {
+		testHookNoticeSent(c.ranks[t])
 	}
 }
 

@@ -20,6 +20,7 @@ var rank = map[string]int{
 	"internal/progress":  0,
 	"internal/nodecoll":  0,
 	"internal/ulfm":      0,
+	"internal/ftsim":     1,
 	"internal/critpath":  1,
 	"internal/heartbeat": 1,
 	"op":                 1,
