@@ -50,9 +50,10 @@ func defaultTimes() ulfm.Times {
 }
 
 // Cluster is a model of a cluster of nodes of 32 processes on an RDMA
-// network, calibrated against our runs (docs/performance.md,
-// docs/ft.md#simulation): within a node, shared memory's latency and
-// per-message cost; across nodes, a NIC's.
+// network (docs/ft.md#simulation has where its constants come from):
+// within a node, shared memory's latency and per-message cost; across
+// nodes, a NIC's. Nobody is descheduled (Stall 0): Draw turns that on
+// for its schedules.
 func Cluster() Model {
 	return Model{
 		PPN:      32,
@@ -64,8 +65,6 @@ func Cluster() Model {
 		ByteNet:  time.Nanosecond / 10,
 		Header:   32,
 		Jitter:   0.25,
-		Stall:    0.001,
-		StallMax: 2 * time.Millisecond,
 		Period:   defaultPeriod,
 		Detector: defaultTimes(),
 	}
