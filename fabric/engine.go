@@ -71,7 +71,6 @@ type engine struct {
 	direct  int
 	fin     wire.Header  // a FIN being sent; here so that it does not escape to the heap
 	nh      wire.Header  // a notice being sent, likewise
-	nbrs    []int        // a notice's neighbours (ulfm.Neighbours), likewise
 	notices ulfm.Notices // the failure notices' broadcast, this process's part
 	order   []int        // world ranks known failed, in the order this process learned it
 	sh      wire.Header  // a short message's, sent by sendNow; likewise

@@ -4,8 +4,6 @@ package ft
 
 import (
 	"context"
-	"fmt"
-	"slices"
 
 	"github.com/rivet-hpc/rivet/fabric"
 	"github.com/rivet-hpc/rivet/internal/ulfm"
@@ -33,66 +31,40 @@ func Shrink(ctx context.Context, c *fabric.Comm) (*fabric.Comm, error) {
 		return nil, err
 	}
 	return c.CreateAgreed(ctx, func(ctx context.Context, free []uint64, gen uint64) ([]int, []uint64, uint64, error) {
-		// The first context ids only: a process rarely has hundreds of
-		// communicators, and the whole mask would make each message of
-		// the agreement half a kilobyte.
-		win := min(idWindow, len(free))
-		val := append(slices.Clone(free[:win]), gen)
-		ops := make([]ulfm.Op, len(val)) // ulfm.And
-		ops[win] = ulfm.Max
-		for round := 0; ; round++ {
+		s := ulfm.NewShrink(h.e.Size(), free, gen, idWindow)
+		for {
 			h.mu.Lock()
 			known := h.e.Known()
 			h.mu.Unlock()
-			a, out, err := h.agree(ctx, val, ops, known)
+			val, ops, acked := s.Contribution(known)
+			a, out, err := h.agree(ctx, val, ops, acked)
 			if err != nil {
 				return nil, nil, 0, err
 			}
-			if a == nil || !a.Raised() {
-				// Every contributor came with the same group and knew of
-				// no other failure: the group is agreed, and so is the id.
-				// (Through shared memory, a nil a, every member did.)
-				var survivors, dead []int
-				for r := range h.e.Size() {
-					if a != nil && a.IsDead(r) {
-						dead = append(dead, r)
-					} else {
-						survivors = append(survivors, r)
-					}
-				}
-				all := make([]uint64, len(free))
-				copy(all, out[:win])
-				maxGen := out[win]
-				if slices.ContainsFunc(all, func(w uint64) bool { return w != 0 }) {
-					return survivors, all, maxGen, nil
-				}
-				// No id in the window is free everywhere: agree on the
-				// whole mask (the group is agreed; a failure now changes
-				// nothing — the decided mask is the same everywhere).
-				full := append(slices.Clone(free), gen)
-				fops := make([]ulfm.Op, len(full))
-				fops[len(free)] = ulfm.Max
-				_, out, err := h.agree(ctx, full, fops, dead)
-				if err != nil {
-					return nil, nil, 0, err
-				}
-				return survivors, slices.Clone(out[:len(free)]), max(out[len(free)], maxGen), nil
+			// Through shared memory (a nil a) every member contributed:
+			// nothing raised, nobody failed.
+			raised, dead := false, []int(nil)
+			if a != nil {
+				raised, dead = a.Raised(), a.Dead()
 			}
-			// Learn what the others knew, and go again.
-			h.outcome(a)
-			if round > h.e.Size()+1 {
-				// Each round that raises has seen a new failure or made
-				// the groups equal: more rounds than members is a bug.
-				return nil, nil, 0, fmt.Errorf("ft: shrink: the failed group did not settle after %d agreements", round)
+			done, err := s.Decided(out, raised, dead)
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			if done {
+				members, ids, gen := s.Result()
+				return members, ids, gen, nil
+			}
+			if raised {
+				h.outcome(a) // learn what the others knew
 			}
 		}
 	})
 }
 
-// idWindow is how many words of the free context-id mask (64 ids each)
-// a shrink agrees on first. (A variable for the tests, which set it to 0
-// to take the whole mask's path.)
-var idWindow = 4
+// idWindow is ulfm.Window, a variable for the tests, which set it to 0
+// to take the whole mask's path.
+var idWindow = ulfm.Window
 
 // ShrinkRequest is a shrink in progress (IShrink).
 type ShrinkRequest struct {

@@ -38,10 +38,7 @@ func draw(i uint64) Scenario {
 		n = 1024
 	}
 	ppn := []int{1, 4, 8, 32}[rng.IntN(4)]
-	p := Agree
-	if rng.IntN(3) == 0 {
-		p = Revoke
-	}
+	p := []Protocol{Agree, Agree, Revoke, Shrink}[rng.IntN(4)]
 	return Draw(p, Schedule(i%uint64(nSchedules)), i, n, ppn, Cluster())
 }
 
@@ -50,7 +47,8 @@ func draw(i uint64) Scenario {
 // promise in each (Result.Violations): the survivors' agreements decide
 // alike, within a bound once the failures are known; every survivor
 // learns every failure and no live process is ever declared failed; a
-// revoke reaches every survivor. A failure prints the seed; TestReplay
+// revoke reaches every survivor; a shrink ends everywhere with the same
+// group, ids and generation. A failure prints the seed; TestReplay
 // shows a seed replays exactly.
 func TestSchedules(t *testing.T) {
 	n := seeds(t, 3000)

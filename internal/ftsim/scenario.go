@@ -61,6 +61,7 @@ type Protocol uint8
 const (
 	Agree     Protocol = iota // every process enters an agreement (ERA)
 	Revoke                    // one process revokes the communicator
+	Shrink                    // every process shrinks the communicator
 	Barrier                   // a dissemination barrier
 	Allreduce                 // a recursive-doubling allreduce of a word
 )
@@ -71,6 +72,8 @@ func (p Protocol) String() string {
 		return "agree"
 	case Revoke:
 		return "revoke"
+	case Shrink:
+		return "shrink"
 	case Barrier:
 		return "barrier"
 	case Allreduce:
@@ -132,7 +135,7 @@ func Run(sc Scenario, seed uint64) *Result {
 		s.vals[i] = ^uint64(0) &^ (1 << s.rng.IntN(64))
 	}
 	for _, p := range s.procs {
-		if sc.Protocol == Agree {
+		if sc.Protocol == Agree || sc.Protocol == Shrink {
 			p.era = ulfm.NewEra(sc.N, p.rank, ulfm.Arity, func(dest, tag int, b []byte) error {
 				s.send(p, dest, tag, b)
 				return nil
@@ -149,8 +152,11 @@ func Run(sc Scenario, seed uint64) *Result {
 		s.push(event{at: sc.Skew, kind: evRevoke, to: int32(s.rng.IntN(sc.N))})
 	default:
 		kind := evEnter
-		if s.coll != collNone {
+		switch {
+		case s.coll != collNone:
 			kind = evColl
+		case sc.Protocol == Shrink:
+			kind = evShrink
 		}
 		for _, p := range s.procs {
 			at := Time(0)
@@ -193,14 +199,22 @@ func (s *Sim) enter(p *proc) {
 }
 
 // afterAgreement records p's decision when it comes, and learns from it
-// the failures its contributors knew, as ft's outcome does.
+// the failures its contributors knew, as ft's outcome does; a shrink
+// goes on from there.
 func (s *Sim) afterAgreement(p *proc) {
-	if p.agr == nil || p.decidedAt >= 0 || p.agr.State() != ulfm.Decided {
-		return
-	}
-	p.decidedAt = p.clock
-	for _, r := range p.agr.Dead() {
-		s.learn(p, r)
+	for p.agr != nil && p.decidedAt < 0 && p.agr.State() == ulfm.Decided {
+		a := p.agr
+		for _, r := range a.Dead() {
+			s.learn(p, r)
+		}
+		if p.shrink == nil {
+			p.decidedAt = p.clock
+			return
+		}
+		s.shrinkDecided(p)
+		if p.agr == a {
+			return // (a violation)
+		}
 	}
 }
 
@@ -265,6 +279,13 @@ func (s *Sim) check(sc Scenario) *Result {
 			}
 		}
 		proto = s.msgs[tagColl]
+	case sc.Protocol == Shrink:
+		s.checkShrink(live)
+		s.checkBound(sc, live, len(dead), known, 3)
+		for _, p := range live {
+			res.Done = max(res.Done, p.decidedAt)
+		}
+		proto = s.msgs[0]
 	default:
 		s.checkAgree(sc, live, dead, known)
 		for _, p := range live {
@@ -321,10 +342,24 @@ func (s *Sim) checkAgree(sc Scenario, live, dead []*proc, known Time) {
 	if len(dead) == 0 && (raised || len(deadSet) > 0) {
 		s.violate("no process failed, and the agreement raised (%v) or named failures %v", raised, deadSet)
 	}
-	// Termination, bounded: once every survivor knows every failure (and
-	// runs: one not run decides nothing), the tree is the same everywhere
-	// and the agreement ends within a few passes up and down it.
-	bound := s.agreeBound(len(dead))
+	s.checkBound(sc, live, len(dead), known, 1)
+	// Nothing un-fails: every failure a survivor learned is one its
+	// agreement machine holds too.
+	for _, p := range live {
+		for _, r := range p.known {
+			if !p.era.Failed(int(r)) {
+				s.violate("rank %d knows %d failed and its agreement does not", p.rank, r)
+			}
+		}
+	}
+}
+
+// checkBound checks that every survivor finished within agreements
+// agreements' bound (agreeBound) of the moment every survivor knew every
+// failure (and ran: one not run decides nothing) — once the tree is the
+// same everywhere, an agreement ends within a few passes up and down it.
+func (s *Sim) checkBound(sc Scenario, live []*proc, f int, known Time, agreements int) {
+	bound := Time(agreements) * s.agreeBound(f)
 	start := max(known, sc.Skew)
 	for _, p := range live {
 		if p.slowTo != never {
@@ -333,17 +368,8 @@ func (s *Sim) checkAgree(sc Scenario, live, dead []*proc, known Time) {
 	}
 	for _, p := range live {
 		if p.decidedAt > start+bound {
-			s.violate("survivor %d decided at %v, %v after every failure was known everywhere (bound %v)", p.rank, p.decidedAt, p.decidedAt-start, bound)
-			break
-		}
-	}
-	// Nothing un-fails: every failure a survivor learned is one its
-	// agreement machine holds too.
-	for _, p := range live {
-		for _, r := range p.known {
-			if !p.era.Failed(int(r)) {
-				s.violate("rank %d knows %d failed and its agreement does not", p.rank, r)
-			}
+			s.violate("survivor %d finished at %v, %v after every failure was known everywhere (bound %v)", p.rank, p.decidedAt, p.decidedAt-start, bound)
+			return
 		}
 	}
 }

@@ -43,10 +43,10 @@ func Schedules() []Schedule {
 }
 
 // Draw makes the scenario of schedule family sch for seed: protocol p
-// (Agree or Revoke) at n processes (ppn a node) under model m, with
-// random descheduling (m.Stall) on. An agreement's processes enter
-// within 20 µs of each other; a revoke comes up to 200 µs in, after some
-// of the faults.
+// (Agree, Revoke or Shrink) at n processes (ppn a node) under model m,
+// with random descheduling (m.Stall) on. An agreement's or a shrink's
+// processes enter within 20 µs of each other; a revoke comes up to
+// 200 µs in, after some of the faults.
 func Draw(p Protocol, sch Schedule, seed uint64, n, ppn int, m Model) Scenario {
 	rng := rand.New(rand.NewPCG(seed, uint64(sch)+0xfa17))
 	m.PPN = ppn

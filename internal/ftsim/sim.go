@@ -37,6 +37,7 @@ const (
 	evFault                // a process's fault begins: its observer looks closely
 	evRevoke               // a process revokes
 	evColl                 // a process starts a reference collective
+	evShrink               // a process starts a shrink
 )
 
 type event struct {
@@ -130,7 +131,8 @@ type proc struct {
 	gen     uint32
 	phase   Time
 
-	coll collState
+	coll   collState
+	shrink *shrinkState
 }
 
 // rankSet is a small set of ranks, sorted.
@@ -139,6 +141,14 @@ type rankSet []int32
 func (s rankSet) has(r int) bool {
 	_, ok := slices.BinarySearch(s, int32(r))
 	return ok
+}
+
+func (s rankSet) ints() []int {
+	out := make([]int, len(s))
+	for i, r := range s {
+		out[i] = int(r)
+	}
+	return out
 }
 
 func (s *rankSet) add(r int) bool {
@@ -242,6 +252,8 @@ func (s *Sim) handle(e event) {
 		s.revoke(p)
 	case evColl:
 		s.collStart(p)
+	case evShrink:
+		s.startShrink(p)
 	}
 	s.end(p)
 }
