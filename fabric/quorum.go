@@ -6,18 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // A job across nodes can be cut in two: a partition, or one node that
 // stopped for longer than the timeouts and came back. Each side then
 // learns that the other failed, and without a rule both would live on as
 // two jobs, each writing results the other does not know of. The rule
-// is a quorum of nodes: a process goes on only while the nodes it still
-// sees — those with a process not known failed, its own among them — are
-// a strict majority of the job's nodes, or exactly half of them with the
-// node of world rank 0 among them. Otherwise it ends itself, as a fenced
-// process does (ExitDeclaredFailed). The side it leaves, if it was cut
-// off rather than the others dead, has fenced it already.
+// is a quorum of nodes (ulfm.Quorum): a process goes on only while the
+// nodes it still sees — those with a process not known failed, its own
+// among them — are a strict majority of the job's nodes, or exactly half
+// of them with the node of world rank 0 among them. Otherwise it ends
+// itself, as a fenced process does (ExitDeclaredFailed). The side it
+// leaves, if it was cut off rather than the others dead, has fenced it
+// already.
 //
 // The price: a process cannot tell a partition from the death of the
 // nodes it lost, so a job whose majority of nodes dies ends too (in a
@@ -42,7 +45,7 @@ func (e *engine) checkQuorum() {
 	}
 	// Failed, not gone: a process that closed on purpose is no sign of a
 	// partition, and a job's ranks close at their own pace.
-	seen, nodes, ok := quorum(e.nodeOf, e.me, func(w int) bool { return errors.Is(e.failed[w], ErrProcFailed) })
+	seen, nodes, ok := ulfm.Quorum(e.nodeOf, e.me, func(w int) bool { return errors.Is(e.failed[w], ErrProcFailed) })
 	if ok {
 		return
 	}
@@ -50,30 +53,4 @@ func (e *engine) checkQuorum() {
 		"and ends with status %d: it cannot tell whether they failed or it was cut off from them (fabric.WithQuorum)\n",
 		e.me, os.Getpid(), seen, nodes, ExitDeclaredFailed)
 	os.Exit(ExitDeclaredFailed)
-}
-
-// quorum counts the nodes of nodeOf (numbered from 0 in the order of
-// their lowest rank, so node 0 holds world rank 0) that still have a
-// rank not failed, and reports whether they are a quorum as this process
-// (world rank me, never failed in its own view) sees it.
-func quorum(nodeOf []int, me int, failed func(int) bool) (seen, nodes int, ok bool) {
-	var alive []bool
-	for w, n := range nodeOf {
-		if n < 0 {
-			continue // not (yet) in the universe
-		}
-		for n >= len(alive) {
-			alive = append(alive, false)
-		}
-		if w == me || !failed(w) {
-			alive[n] = true
-		}
-	}
-	for _, a := range alive {
-		if a {
-			seen++
-		}
-	}
-	nodes = len(alive)
-	return seen, nodes, 2*seen > nodes || 2*seen == nodes && alive[0]
 }

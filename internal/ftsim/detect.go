@@ -27,15 +27,19 @@ func (s *Sim) watch(p *proc, x int) {
 	} else {
 		p.sil.Restart(epoch.Add(p.clock))
 	}
-	if x >= 0 && s.faulty(s.procs[x], p.clock) {
+	if x >= 0 && s.faulty(p, s.procs[x], p.clock) {
 		s.startLooking(p)
 	}
 }
 
-// faulty reports whether x's heartbeat stands still at t: it is dead, or
-// not run.
-func (s *Sim) faulty(x *proc, t Time) bool {
-	return t >= x.dieAt || t >= x.slowFrom && t < x.slowTo
+// faulty reports whether x's heartbeat stands still at t as p sees it:
+// x is dead, or not run, or cut off from p.
+func (s *Sim) faulty(p, x *proc, t Time) bool {
+	if t >= x.dieAt || t >= x.slowFrom && t < x.slowTo {
+		return true
+	}
+	cut, _ := s.cutAt(p.rank, x.rank, t)
+	return cut
 }
 
 // fault starts the close looks of x's observers, as its fault begins.
@@ -43,6 +47,18 @@ func (s *Sim) fault(x *proc) {
 	for _, p := range s.procs {
 		if p.obs == x.rank && !p.looking && p.dieAt > s.now {
 			s.startLooking(p)
+		}
+	}
+}
+
+// cut starts the close looks of every observer whose observed process
+// a partition cuts off, as it begins.
+func (s *Sim) cut() {
+	for _, p := range s.procs {
+		if p.obs >= 0 && !p.looking && p.dieAt > s.now {
+			if cut, _ := s.cutAt(p.rank, p.obs, s.now); cut {
+				s.startLooking(p)
+			}
 		}
 	}
 }
@@ -78,6 +94,11 @@ func (s *Sim) startLooking(p *proc) {
 // answering (the reading keeps the last answer's time). A process not
 // run does not beat either, and its node's kernel says it waits to run.
 func (s *Sim) reading(p, x *proc, t Time) (ulfm.Reading, ulfm.Runstate) {
+	if cut, c := s.cutAt(p.rank, x.rank, t); cut && t < x.dieAt {
+		// Unanswered since the cut: the last answer's count and time.
+		r, _ := s.reading(p, x, c.at-1)
+		return r, ulfm.RunUnknown
+	}
 	period := s.m.Period
 	var count uint64
 	switch {
@@ -116,7 +137,7 @@ func (s *Sim) look(p *proc, e event) {
 	switch {
 	case v == ulfm.Convicted:
 		s.learn(p, x.rank)
-	case v == ulfm.Beating && !s.faulty(x, p.clock):
+	case v == ulfm.Beating && !s.faulty(p, x, p.clock):
 		p.looking = false // it beats: nothing to see until its next fault
 	default:
 		next := s.tickAfter(p, p.clock)

@@ -106,7 +106,7 @@ func TestReplay(t *testing.T) {
 // TestCheckerCatches: the checks fail a run that breaks a promise. A
 // process on another node not run for longer than the detector's
 // Unconfirmed is outside its assumptions: it is convicted, live, and
-// the run says so.
+// the run says so. So is a partition without the quorum rule.
 func TestCheckerCatches(t *testing.T) {
 	m := Cluster()
 	m.PPN = 1
@@ -121,6 +121,20 @@ func TestCheckerCatches(t *testing.T) {
 	if err := Run(sc, 1).Err(sc); err != nil {
 		t.Fatal(err)
 	}
+	// A partition that never heals, 3 nodes of 8 cut off: with the
+	// quorum rule the 3 end themselves; without it both sides go on, each
+	// holding the other failed — two jobs — and the run says so.
+	m.PPN = 2
+	cut := Scenario{Protocol: Agree, N: 16, Model: m, Faults: []Fault{{Rank: 4, Kind: Partition, Nodes: 3, At: 0, For: time.Hour}}}
+	if err := Run(cut, 1).Err(cut); err != nil {
+		t.Fatal(err)
+	}
+	cut.NoQuorum = true
+	r = Run(cut, 1)
+	if len(r.Violations) == 0 {
+		t.Fatalf("a partition without the quorum rule left no two sides: %+v", r)
+	}
+	t.Logf("as it should: %v", r.Err(cut))
 }
 
 // TestReference: the reference collectives finish everywhere in the

@@ -14,9 +14,10 @@ type FaultKind uint8
 
 // The faults.
 const (
-	Kill FaultKind = iota // the process dies
-	Node                  // its node fails: every process of it stops at once, and the node answers nothing (a crash and a hang look alike from other nodes)
-	Slow                  // it is not run for a while (For), heartbeat thread and all, but lives
+	Kill      FaultKind = iota // the process dies
+	Node                       // its node fails: every process of it stops at once, and the node answers nothing (a crash and a hang look alike from other nodes)
+	Slow                       // it is not run for a while (For), heartbeat thread and all, but lives
+	Partition                  // the network is cut between Nodes nodes from Rank's and the others, from At for For
 )
 
 func (k FaultKind) String() string {
@@ -27,6 +28,8 @@ func (k FaultKind) String() string {
 		return "node"
 	case Slow:
 		return "slow"
+	case Partition:
+		return "partition"
 	}
 	return fmt.Sprintf("FaultKind(%d)", int(k))
 }
@@ -38,7 +41,8 @@ type Fault struct {
 	Rank  int
 	Kind  FaultKind
 	At    Time
-	For   Time // Slow's
+	For   Time // Slow's and Partition's
+	Nodes int  // Partition's
 	Tag   int
 	After int
 }
@@ -47,6 +51,8 @@ func (f Fault) String() string {
 	switch {
 	case f.Kind == Slow:
 		return fmt.Sprintf("slow %d at %v for %v", f.Rank, f.At, f.For)
+	case f.Kind == Partition:
+		return fmt.Sprintf("partition of %d nodes from rank %d's at %v for %v", f.Nodes, f.Rank, f.At, f.For)
 	case f.Tag != 0:
 		return fmt.Sprintf("kill %d at its message %d of tag %d", f.Rank, f.After+1, f.Tag)
 	}
@@ -91,6 +97,9 @@ type Scenario struct {
 	Model    Model
 	Skew     Time
 	Faults   []Fault
+	// NoQuorum turns the quorum rule off (fabric.WithQuorum(false)):
+	// both sides of a partition go on.
+	NoQuorum bool
 }
 
 func (sc Scenario) String() string {
@@ -145,7 +154,7 @@ func Run(sc Scenario, seed uint64) *Result {
 		p.sil = ulfm.NewSilence(sc.Model.Detector, epoch)
 	}
 	for _, f := range sc.Faults {
-		s.applyFault(f)
+		s.applyFault(sc, f)
 	}
 	switch {
 	case sc.Protocol == Revoke:
@@ -171,12 +180,22 @@ func Run(sc Scenario, seed uint64) *Result {
 }
 
 // applyFault schedules f.
-func (s *Sim) applyFault(f Fault) {
+func (s *Sim) applyFault(sc Scenario, f Fault) {
 	p := s.procs[f.Rank]
 	switch {
 	case f.Kind == Slow:
 		p.slowFrom, p.slowTo = f.At, f.At+f.For
 		s.push(event{at: f.At, kind: evFault, to: int32(f.Rank)})
+	case f.Kind == Partition:
+		lo := s.m.node(f.Rank)
+		s.cuts = append(s.cuts, partition{lo: lo, hi: lo + f.Nodes, at: f.At, until: f.At + f.For})
+		if s.nodeOf == nil && !sc.NoQuorum {
+			s.nodeOf = make([]int, s.n)
+			for r := range s.nodeOf {
+				s.nodeOf[r] = s.m.node(r)
+			}
+		}
+		s.push(event{at: f.At, kind: evCut})
 	case f.Kind == Node:
 		node := s.m.node(f.Rank)
 		for r := node * s.m.PPN; r < min(s.n, (node+1)*s.m.PPN); r++ {
@@ -234,6 +253,9 @@ func (s *Sim) check(sc Scenario) *Result {
 			firstFault = min(firstFault, p.slowFrom)
 		}
 	}
+	for _, c := range s.cuts {
+		firstFault = min(firstFault, c.at)
+	}
 	if len(live) == 0 {
 		res.Violations = s.violations
 		return res
@@ -253,6 +275,14 @@ func (s *Sim) check(sc Scenario) *Result {
 	}
 	if len(dead) > 0 {
 		res.Detected = known - firstFault
+	}
+	// A verdict on a live process (across a partition) comes true — the
+	// process ends itself, fenced or without a quorum — or the process
+	// that made it ends: two sides that both go on would be two jobs.
+	for _, v := range s.convictedLive {
+		if s.procs[v[0]].dieAt == never && s.procs[v[1]].dieAt == never {
+			s.violate("rank %d declared rank %d failed while it lived, and both live on", v[0], v[1])
+		}
 	}
 	var proto int
 	switch {
@@ -364,6 +394,11 @@ func (s *Sim) checkBound(sc Scenario, live []*proc, f int, known Time, agreement
 	for _, p := range live {
 		if p.slowTo != never {
 			start = max(start, p.slowTo)
+		}
+	}
+	for _, c := range s.cuts {
+		if c.until < s.limit {
+			start = max(start, c.until) // (messages wait for the heal)
 		}
 	}
 	for _, p := range live {

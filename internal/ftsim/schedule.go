@@ -21,10 +21,11 @@ const (
 	Together                 // k processes killed at the same moment
 	NodeDown                 // a node's processes, all at once
 	Slowed                   // processes not run for a while, within the detector's assumptions, beside a kill
+	Split                    // a partition of the nodes, healed before any verdict, after some, or never
 	nSchedules
 )
 
-var scheduleNames = [...]string{"none", "random", "phase", "roots", "cascade", "together", "node", "slowed"}
+var scheduleNames = [...]string{"none", "random", "phase", "roots", "cascade", "together", "node", "slowed", "split"}
 
 func (s Schedule) String() string {
 	if int(s) < len(scheduleNames) {
@@ -135,6 +136,16 @@ func Draw(p Protocol, sch Schedule, seed uint64, n, ppn int, m Model) Scenario {
 		}
 		if r, ok := pick(); ok && rng.IntN(2) == 0 {
 			kill(r, during())
+		}
+	case Split:
+		// Up to 512 processes: each side convicts the other's processes
+		// one detector timeout after another, so a partition of
+		// thousands simulates minutes, for no new case.
+		if nodes := (n + ppn - 1) / ppn; nodes > 1 && n <= 512 {
+			k := 1 + rng.IntN(nodes-1)
+			lo := rng.IntN(nodes - k + 1)
+			long := []Time{to / 2, 2 * to, time.Hour}[rng.IntN(3)]
+			sc.Faults = append(sc.Faults, Fault{Rank: lo * ppn, Kind: Partition, Nodes: k, At: during(), For: long})
 		}
 	}
 	return sc

@@ -25,6 +25,7 @@ var epoch = time.Unix(1<<30, 0)
 const (
 	tagNotice = 10 + iota // a failure notice: the failed rank
 	tagRevoke             // a revoke notice
+	tagFence              // a verdict carried out: the fence word written
 	tagColl               // a reference collective's message: its round
 )
 
@@ -38,6 +39,7 @@ const (
 	evRevoke               // a process revokes
 	evColl                 // a process starts a reference collective
 	evShrink               // a process starts a shrink
+	evCut                  // a partition begins
 )
 
 type event struct {
@@ -133,6 +135,7 @@ type proc struct {
 
 	coll   collState
 	shrink *shrinkState
+	quit   bool // ended itself: it saw no quorum of nodes
 }
 
 // rankSet is a small set of ranks, sorted.
@@ -179,6 +182,10 @@ type Sim struct {
 	// last did.
 	learned   map[int]int
 	learnedAt map[int]Time
+
+	cuts          []partition
+	nodeOf        []int    // by rank, its node: the quorum rule is on (a job across nodes, with partitions)
+	convictedLive [][2]int // (by whom, whom): a process declared failed while it lived
 
 	vals []uint64 // by rank: its contribution
 	coll int      // the reference collective played, if any
@@ -237,6 +244,9 @@ func (s *Sim) handle(e event) {
 		return
 	case evLook:
 		s.look(p, e)
+		return
+	case evCut:
+		s.cut()
 		return
 	}
 	if !s.begin(p, e.at) {
@@ -306,6 +316,12 @@ func (s *Sim) send(p *proc, dest, tag int, payload []byte) {
 		lat += Time(s.rng.Float64() * s.m.Jitter * float64(lat))
 	}
 	at := start + s.m.O + lat + wire
+	if cut, c := s.cutAt(p.rank, dest, start); cut {
+		if c.until-start > rcRetry {
+			return // given up
+		}
+		at = max(at, c.until+lat)
+	}
 	k := uint64(p.rank)<<32 | uint64(dest)
 	if last := s.fifo[k]; at < last {
 		at = last
@@ -339,6 +355,11 @@ func (s *Sim) deliver(p *proc, src, tag int, m []byte) {
 		s.learn(p, int(binary.LittleEndian.Uint32(m)))
 	case tagRevoke:
 		s.revoke(p)
+	case tagFence:
+		// Declared failed, this process ends itself (its heartbeat
+		// thread sees the fence word).
+		p.quit = true
+		s.die(p, p.clock)
 	case tagColl:
 		s.collMessage(p, src, m)
 	}
@@ -357,7 +378,15 @@ func (s *Sim) learn(p *proc, r int) {
 	s.learned[r]++
 	s.learnedAt[r] = max(s.learnedAt[r], p.clock)
 	if s.procs[r].dieAt > p.clock {
-		s.violate("rank %d learned that rank %d failed, which is alive", p.rank, r)
+		if len(s.cuts) == 0 {
+			s.violate("rank %d learned that rank %d failed, which is alive", p.rank, r)
+		}
+		// Across a partition, a live process is convicted: the verdict
+		// must come true, or the side that made it end (check). Carried
+		// out, it writes the process's fence word, which ends it if the
+		// write gets through.
+		s.convictedLive = append(s.convictedLive, [2]int{p.rank, r})
+		s.send(p, r, tagFence, nil)
 	}
 	p.notices.Spread(p.rank, s.n, r, p.knows, func(t, v int) {
 		var b [4]byte
@@ -372,6 +401,9 @@ func (s *Sim) learn(p *proc, r int) {
 	}
 	if p.obs == r {
 		s.watch(p, s.nextObserved(p))
+	}
+	if s.nodeOf != nil {
+		s.quorumLost(p)
 	}
 }
 

@@ -1,6 +1,4 @@
-//go:build linux
-
-package fabric
+package ulfm
 
 import "testing"
 
@@ -30,7 +28,7 @@ func TestQuorum(t *testing.T) {
 		for _, w := range tc.failed {
 			f[w] = true
 		}
-		seen, nodes, ok := quorum(tc.nodeOf, tc.me, func(w int) bool { return f[w] })
+		seen, nodes, ok := Quorum(tc.nodeOf, tc.me, func(w int) bool { return f[w] })
 		want := tc.nodeOf[len(tc.nodeOf)-1] + 1
 		if seen != tc.seen || ok != tc.ok || nodes != want {
 			t.Errorf("%s: seen %d of %d, ok %v; want %d of %d, %v", tc.name, seen, nodes, ok, tc.seen, want, tc.ok)
