@@ -8,19 +8,13 @@ import (
 
 	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 	"github.com/rivet-hpc/rivet/internal/nodecoll"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // Node agreements: package ft's agreement on the world communicator of a
-// job on one node, through shared memory (nodecoll.Agree). Each process
-// has a state word — the last attempt it published, shifted left by one,
-// with the low bit set when a peer marked that attempt abandoned instead
-// — and two slots of words, used by turns. A process publishes attempt k
-// by filling slot k%2 and then moving its state word from the attempt
-// before to k with a compare-and-swap. A process that knows a peer
-// failed without publishing k moves the peer's state word to k|abandoned,
-// with a compare-and-swap too: exactly one of the two wins, so either
-// every process sees every contribution to k, or every process sees k
-// abandoned and the attempt falls back to the agreement over messages.
+// job on one node, through shared memory (nodecoll.Agree), as
+// ulfm.NodeAgreement decides it. Each process's segment holds its state
+// word and two slots of words, used by turns (attempt k fills slot k%2).
 const (
 	segAgree      = segSlots + 2*segSlotSize // the state word's line, then the slots
 	agreeSlot     = 128                      // a slot: its word count, then the words
@@ -43,6 +37,16 @@ func agreeSlotOf(seg []byte, k uint64) []byte {
 	return seg[off : off+agreeSlot : off+agreeSlot]
 }
 
+// nodeWords are the node's processes' agreement state words, in their
+// segments (ulfm.NodeWords).
+type nodeWords struct{ sp *shmProvider }
+
+func (w nodeWords) Load(ix int) uint64 { return atomic.LoadUint64(agreeState(w.sp.SegOf(ix))) }
+
+func (w nodeWords) CAS(ix int, old, new uint64) bool {
+	return atomic.CompareAndSwapUint64(agreeState(w.sp.SegOf(ix)), old, new)
+}
+
 // nodeAgree is attempt k of a node agreement on c (see nodecoll.Agree).
 // Attempts are numbered from 1 alike at every member; a process makes
 // attempt k+1 only after k has ended for it, so a slot is not refilled
@@ -56,43 +60,26 @@ func (c *Comm) nodeAgree(ctx context.Context, k uint64, words []uint64, fold fun
 		return true, false, err
 	}
 	sp, e := c.ep.shm, c.e
-	seg := sp.Seg()
-	st := agreeState(seg)
-	if old := atomic.LoadUint64(st); old>>1 < k { // (again after a ctx that ended: published)
-		sl := agreeSlotOf(seg, k)
+	local := sp.Local()
+	a := ulfm.NewNodeAgreement(nodeWords{sp}, sp.SelfIx(), len(local), k)
+	if a.Publish(func() {
+		sl := agreeSlotOf(sp.Seg(), k)
 		for i, w := range words {
 			atomic.StoreUint64(shmseg.Word(sl, agreeSlotData+8*i), w)
 		}
 		atomic.StoreUint64(shmseg.Word(sl, 0), uint64(len(words)))
-		if !atomic.CompareAndSwapUint64(st, old, k<<1) {
-			// A peer held this process failed and abandoned k for it: it
-			// is fenced, and every member falls back.
-			return true, true, nil
-		}
-	} else if old == k<<1|1 {
+	}) == ulfm.NodeFell {
+		// A peer held this process failed and abandoned k for it: it is
+		// fenced, and every member falls back.
 		return true, true, nil
 	}
-	local := sp.Local()
 	done := ctx.Done()
-	next := 0 // peers before next have published k
 	for i := 0; ; i++ {
-		for ; next < len(local); next++ {
-			s := atomic.LoadUint64(agreeState(sp.SegOf(next)))
-			if s == k<<1|1 {
-				return true, true, nil
-			}
-			if s>>1 < k {
-				break
-			}
-		}
-		if next == len(local) {
-			break
-		}
-		if i&15 == 15 || i >= e.spin {
+		st := a.Poll(noneFailed)
+		if st == ulfm.NodeWaiting && (i&15 == 15 || i >= e.spin) {
 			e.mu.Lock()
 			e.progress()
-			w := local[next]
-			failed := e.failed[w] != nil
+			failed := e.failed[local[a.Waiting()]] != nil
 			closed := e.closed
 			if !failed && i&127 == 127 {
 				e.scan(nil)
@@ -102,34 +89,47 @@ func (c *Comm) nodeAgree(ctx context.Context, k uint64, words []uint64, fold fun
 				return true, false, ErrClosed
 			}
 			if failed {
-				ps := agreeState(sp.SegOf(next))
-				if s := atomic.LoadUint64(ps); s>>1 < k && atomic.CompareAndSwapUint64(ps, s, k<<1|1) {
-					return true, true, nil
+				st = a.Poll(func(ix int) bool { return ix == a.Waiting() })
+			} else {
+				select {
+				case <-done:
+					return true, false, ctx.Err()
+				default:
 				}
-				continue // it published (or another abandoned k): look again
 			}
-			select {
-			case <-done:
-				return true, false, ctx.Err()
-			default:
-			}
+		}
+		switch st {
+		case ulfm.NodeFell:
+			return true, true, nil
+		case ulfm.NodeDone:
+			return true, c.nodeFold(sp, local, k, len(words), fold), nil
 		}
 		e.backoff(i)
 	}
+}
+
+// noneFailed is a Poll that abandons nobody: the spins between looks at
+// the failure records.
+func noneFailed(int) bool { return false }
+
+// nodeFold folds every member's words of attempt k, in rank order; it
+// reports true, having folded nothing, when members published values of
+// different shapes — not an agreement this path can make: every member
+// sees the same counts, so every member falls back alike.
+func (c *Comm) nodeFold(sp *shmProvider, local []int, k uint64, words int, fold func(rank int, words []uint64)) (fell bool) {
+	for ix := range local {
+		sl := agreeSlotOf(sp.SegOf(ix), k)
+		if int(atomic.LoadUint64(shmseg.Word(sl, 0))) != words {
+			return true
+		}
+	}
 	for ix, w := range local {
 		sl := agreeSlotOf(sp.SegOf(ix), k)
-		n := int(atomic.LoadUint64(shmseg.Word(sl, 0)))
-		if n != len(words) {
-			// Members that disagree on the shape of the value: not an
-			// agreement this path can make; every member sees the same
-			// counts, so every member falls back alike.
-			return true, true, nil
-		}
 		var buf [nodecoll.AgreeWords]uint64
-		for i := range n {
+		for i := range words {
 			buf[i] = atomic.LoadUint64(shmseg.Word(sl, agreeSlotData+8*i))
 		}
-		fold(w, buf[:n])
+		fold(w, buf[:words])
 	}
-	return true, false, nil
+	return false
 }

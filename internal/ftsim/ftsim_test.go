@@ -38,7 +38,11 @@ func draw(i uint64) Scenario {
 		n = 1024
 	}
 	ppn := []int{1, 4, 8, 32}[rng.IntN(4)]
-	p := []Protocol{Agree, Agree, Revoke, Shrink}[rng.IntN(4)]
+	p := []Protocol{Agree, Agree, Revoke, Shrink, NodeAgree}[rng.IntN(5)]
+	if p == NodeAgree {
+		n = min(n, 64) // one node's processes
+		ppn = n
+	}
 	return Draw(p, Schedule(i%uint64(nSchedules)), i, n, ppn, Cluster())
 }
 
@@ -48,7 +52,8 @@ func draw(i uint64) Scenario {
 // alike, within a bound once the failures are known; every survivor
 // learns every failure and no live process is ever declared failed; a
 // revoke reaches every survivor; a shrink ends everywhere with the same
-// group, ids and generation. A failure prints the seed; TestReplay
+// group, ids and generation; a node agreement ends alike everywhere —
+// through shared memory with every member's words, or over messages. A failure prints the seed; TestReplay
 // shows a seed replays exactly.
 func TestSchedules(t *testing.T) {
 	n := seeds(t, 3000)

@@ -68,6 +68,7 @@ const (
 	Agree     Protocol = iota // every process enters an agreement (ERA)
 	Revoke                    // one process revokes the communicator
 	Shrink                    // every process shrinks the communicator
+	NodeAgree                 // every process of a one-node job agrees through shared memory, falling back to ERA
 	Barrier                   // a dissemination barrier
 	Allreduce                 // a recursive-doubling allreduce of a word
 )
@@ -80,6 +81,8 @@ func (p Protocol) String() string {
 		return "revoke"
 	case Shrink:
 		return "shrink"
+	case NodeAgree:
+		return "node-agree"
 	case Barrier:
 		return "barrier"
 	case Allreduce:
@@ -144,7 +147,7 @@ func Run(sc Scenario, seed uint64) *Result {
 		s.vals[i] = ^uint64(0) &^ (1 << s.rng.IntN(64))
 	}
 	for _, p := range s.procs {
-		if sc.Protocol == Agree || sc.Protocol == Shrink {
+		if sc.Protocol == Agree || sc.Protocol == Shrink || sc.Protocol == NodeAgree {
 			p.era = ulfm.NewEra(sc.N, p.rank, ulfm.Arity, func(dest, tag int, b []byte) error {
 				s.send(p, dest, tag, b)
 				return nil
@@ -166,6 +169,10 @@ func Run(sc Scenario, seed uint64) *Result {
 			kind = evColl
 		case sc.Protocol == Shrink:
 			kind = evShrink
+		case sc.Protocol == NodeAgree:
+			kind = evNodeEnter
+			s.words = make(nodeWords, sc.N)
+			s.slots = make([]uint64, sc.N)
 		}
 		for _, p := range s.procs {
 			at := Time(0)
@@ -174,6 +181,9 @@ func Run(sc Scenario, seed uint64) *Result {
 			}
 			s.push(event{at: at, kind: kind, to: int32(p.rank)})
 		}
+	}
+	if sc.Protocol == NodeAgree {
+		s.pidfds()
 	}
 	s.run()
 	return s.check(sc)
@@ -309,6 +319,15 @@ func (s *Sim) check(sc Scenario) *Result {
 			}
 		}
 		proto = s.msgs[tagColl]
+	case sc.Protocol == NodeAgree:
+		s.checkNode(live)
+		if live[0].node != nil && live[0].node.path == ulfm.NodeFell {
+			s.checkAgree(sc, live, dead, known)
+		}
+		for _, p := range live {
+			res.Done = max(res.Done, p.decidedAt)
+		}
+		proto = s.msgs[0]
 	case sc.Protocol == Shrink:
 		s.checkShrink(live)
 		s.checkBound(sc, live, len(dead), known, 3)

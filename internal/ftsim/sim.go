@@ -32,14 +32,17 @@ const (
 type evKind uint8
 
 const (
-	evMsg    evKind = iota // a message arrives
-	evLook                 // an observer looks at the heartbeat it watches
-	evEnter                // a process enters the agreement
-	evFault                // a process's fault begins: its observer looks closely
-	evRevoke               // a process revokes
-	evColl                 // a process starts a reference collective
-	evShrink               // a process starts a shrink
-	evCut                  // a partition begins
+	evMsg       evKind = iota // a message arrives
+	evLook                    // an observer looks at the heartbeat it watches
+	evEnter                   // a process enters the agreement
+	evFault                   // a process's fault begins: its observer looks closely
+	evRevoke                  // a process revokes
+	evColl                    // a process starts a reference collective
+	evShrink                  // a process starts a shrink
+	evCut                     // a partition begins
+	evNodeEnter               // a process enters a node agreement
+	evNodePoll                // a process polls its node agreement
+	evPidfd                   // a process's pidfd of a killed peer fires
 )
 
 type event struct {
@@ -136,6 +139,7 @@ type proc struct {
 	coll   collState
 	shrink *shrinkState
 	quit   bool // ended itself: it saw no quorum of nodes
+	node   *nodeState
 }
 
 // rankSet is a small set of ranks, sorted.
@@ -187,8 +191,10 @@ type Sim struct {
 	nodeOf        []int    // by rank, its node: the quorum rule is on (a job across nodes, with partitions)
 	convictedLive [][2]int // (by whom, whom): a process declared failed while it lived
 
-	vals []uint64 // by rank: its contribution
-	coll int      // the reference collective played, if any
+	vals  []uint64  // by rank: its contribution
+	words nodeWords // a node agreement's state words, by rank
+	slots []uint64  // and its published words
+	coll  int       // the reference collective played, if any
 
 	violations []string
 	limit      Time // simulated time after which the run is a hang
@@ -264,6 +270,12 @@ func (s *Sim) handle(e event) {
 		s.collStart(p)
 	case evShrink:
 		s.startShrink(p)
+	case evNodeEnter:
+		s.nodeEnter(p)
+	case evNodePoll:
+		s.nodePoll(p)
+	case evPidfd:
+		s.learn(p, int(e.src))
 	}
 	s.end(p)
 }
