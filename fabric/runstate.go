@@ -20,6 +20,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
 	"github.com/rivet-hpc/rivet/internal/heartbeat"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
 // A Runstate is what this node's kernel says of a process's heartbeat
@@ -50,21 +51,9 @@ const (
 	RunGone
 )
 
-func (r Runstate) String() string {
-	switch r {
-	case RunWaiting:
-		return "waiting to run"
-	case RunAsleep:
-		return "asleep"
-	case RunFrozen:
-		return "frozen"
-	case RunStopped:
-		return "stopped"
-	case RunGone:
-		return "gone"
-	}
-	return "unknown"
-}
+// String names r as the detector's rules do (the values are the same:
+// ft's TestRunstate).
+func (r Runstate) String() string { return ulfm.Runstate(r).String() }
 
 // beatID is where a process's heartbeat thread is in /proc, and in which
 // pid namespace.

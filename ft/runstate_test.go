@@ -6,14 +6,26 @@ import (
 	"testing"
 
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/ulfm"
 )
 
-// TestRunstate: the detector's rules see each of fabric's words on a
-// heartbeat thread as the same word.
+// TestRunstate: the detector's rules take each of fabric's words on a
+// heartbeat thread as the same word (the two lists have the same values,
+// which runstate and fabric's String rely on).
 func TestRunstate(t *testing.T) {
-	for r := fabric.RunUnknown; r <= fabric.RunGone; r++ {
-		if got := runstate(r).String(); got != r.String() {
-			t.Errorf("fabric's %q reaches the rules as %q", r, got)
+	for _, tc := range []struct {
+		f fabric.Runstate
+		u ulfm.Runstate
+	}{
+		{fabric.RunUnknown, ulfm.RunUnknown},
+		{fabric.RunWaiting, ulfm.RunWaiting},
+		{fabric.RunAsleep, ulfm.RunAsleep},
+		{fabric.RunFrozen, ulfm.RunFrozen},
+		{fabric.RunStopped, ulfm.RunStopped},
+		{fabric.RunGone, ulfm.RunGone},
+	} {
+		if got := runstate(tc.f); got != tc.u {
+			t.Errorf("fabric's %d reaches the rules as %v, want %v", int(tc.f), got, tc.u)
 		}
 	}
 }

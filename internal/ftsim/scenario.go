@@ -20,16 +20,11 @@ const (
 	Partition                  // the network is cut between Nodes nodes from Rank's and the others, from At for For
 )
 
+var faultNames = [...]string{"kill", "node", "slow", "partition"}
+
 func (k FaultKind) String() string {
-	switch k {
-	case Kill:
-		return "kill"
-	case Node:
-		return "node"
-	case Slow:
-		return "slow"
-	case Partition:
-		return "partition"
+	if int(k) < len(faultNames) {
+		return faultNames[k]
 	}
 	return fmt.Sprintf("FaultKind(%d)", int(k))
 }
@@ -73,20 +68,11 @@ const (
 	Allreduce                 // a recursive-doubling allreduce of a word
 )
 
+var protocolNames = [...]string{"agree", "revoke", "shrink", "node-agree", "barrier", "allreduce"}
+
 func (p Protocol) String() string {
-	switch p {
-	case Agree:
-		return "agree"
-	case Revoke:
-		return "revoke"
-	case Shrink:
-		return "shrink"
-	case NodeAgree:
-		return "node-agree"
-	case Barrier:
-		return "barrier"
-	case Allreduce:
-		return "allreduce"
+	if int(p) < len(protocolNames) {
+		return protocolNames[p]
 	}
 	return fmt.Sprintf("Protocol(%d)", int(p))
 }

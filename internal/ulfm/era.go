@@ -618,13 +618,20 @@ func (e *Era) decodeUp(m []byte, nval int) (upMsg, bool) {
 	if int(binary.LittleEndian.Uint32(m[32:])) != nval || len(m) < 36+8*nval {
 		return u, false
 	}
-	u.val = make([]uint64, nval)
-	for i := range u.val {
-		u.val[i] = binary.LittleEndian.Uint64(m[36+8*i:])
-	}
 	var ok bool
-	u.dead, ok = e.readDead(m[36+8*nval:], flags&flagBitmap != 0)
+	u.val, u.dead, ok = e.readValue(m, 36, nval, flags&flagBitmap != 0)
 	return u, ok
+}
+
+// readValue decodes the nval words of a value at m[at:], and the dead
+// set after them.
+func (e *Era) readValue(m []byte, at, nval int, bitmap bool) ([]uint64, rankSet, bool) {
+	val := make([]uint64, nval)
+	for i := range val {
+		val[i] = binary.LittleEndian.Uint64(m[at+8*i:])
+	}
+	dead, ok := e.readDead(m[at+8*nval:], bitmap)
+	return val, dead, ok
 }
 
 func (e *Era) sendDown(a *Agreement, dest int) {
@@ -648,12 +655,8 @@ func (e *Era) decodeDown(m []byte) (downMsg, bool) {
 	if nval > (len(m)-24)/8 {
 		return d, false
 	}
-	d.val = make([]uint64, nval)
-	for i := range d.val {
-		d.val[i] = binary.LittleEndian.Uint64(m[24+8*i:])
-	}
 	var ok bool
-	d.dead, ok = e.readDead(m[24+8*nval:], flags&flagBitmap != 0)
+	d.val, d.dead, ok = e.readValue(m, 24, nval, flags&flagBitmap != 0)
 	return d, ok
 }
 
