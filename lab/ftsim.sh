@@ -30,9 +30,9 @@ fi
 FTSIM_CURVES=$top FTSIM_OUT=$out go test -count=1 -timeout 0 -run '^TestCurves$' -v ./internal/ftsim |
 	grep -E '^\s+(\||curves_test.go:[0-9]+: the model)' | sed -E 's/^\s+//'
 if [ -n "$out" ]; then
-	go run ./cmd/rivet plot -o docs/img/ftsim.svg -title "agreement and revoke against allreduce and barrier, simulated" \
-		-label agree,allreduce,revoke,barrier \
-		"$out/ftsim-agree.csv" "$out/ftsim-allreduce.csv" "$out/ftsim-revoke.csv" "$out/ftsim-barrier.csv"
+	go run ./cmd/rivet plot -o docs/img/ftsim.svg -title "agreement, shrink and revoke against allreduce and barrier, simulated" \
+		-label agree,shrink,allreduce,revoke,barrier \
+		"$out/ftsim-agree.csv" "$out/ftsim-shrink.csv" "$out/ftsim-allreduce.csv" "$out/ftsim-revoke.csv" "$out/ftsim-barrier.csv"
 	echo "# docs/img/ftsim.svg"
 fi
 echo "# $((SECONDS - start)) s"

@@ -96,6 +96,6 @@ draw node-pss "A node of N processes (2 CPUs): the ranks' summed PSS" "Rivet,$om
 draw rxe-write_lat "RDMA write latency, soft-RoCE (TCG VM)" "rivet perf,perftest" -y t_typical
 draw rxe-write_bw "RDMA write bandwidth, soft-RoCE (TCG VM)" "rivet perf,perftest" -y "BW average"
 # The simulated protocols (lab/ftsim.sh writes their CSVs; not measured again here).
-bin/rivet plot -o $img/ftsim.svg -title "agreement and revoke against allreduce and barrier, simulated" \
-	-label agree,allreduce,revoke,barrier $res/ftsim-agree.csv $res/ftsim-allreduce.csv $res/ftsim-revoke.csv $res/ftsim-barrier.csv
+bin/rivet plot -o $img/ftsim.svg -title "agreement, shrink and revoke against allreduce and barrier, simulated" \
+	-label agree,shrink,allreduce,revoke,barrier $res/ftsim-agree.csv $res/ftsim-shrink.csv $res/ftsim-allreduce.csv $res/ftsim-revoke.csv $res/ftsim-barrier.csv
 ls -la $img

@@ -25,8 +25,8 @@ func TestCurves(t *testing.T) {
 	us := func(d Time) float64 { return float64(d) / float64(time.Microsecond) }
 	series := map[string][]string{}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| processes | agree (µs) | allreduce (µs) | agree / allreduce | revoke (µs) | barrier (µs) | revoke / barrier | messages a process: agree, revoke | one killed: detected everywhere (ms), agree after (µs) | a node of %d down: detected everywhere (ms), agree after (µs) |\n", m.PPN)
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| processes | agree (µs) | allreduce (µs) | agree / allreduce | shrink (µs) | shrink / allreduce | revoke (µs) | barrier (µs) | revoke / barrier | messages a process: agree, revoke | one killed: detected everywhere (ms), agree after (µs) | a node of %d down: detected everywhere (ms), agree after (µs) |\n", m.PPN)
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for n := 16; n <= top; n *= 4 {
 		run := func(sc Scenario) *Result {
 			start := time.Now()
@@ -39,6 +39,7 @@ func TestCurves(t *testing.T) {
 		}
 		agree := run(Scenario{Protocol: Agree, N: n, Model: m})
 		allr := run(Scenario{Protocol: Allreduce, N: n, Model: m})
+		shr := run(Scenario{Protocol: Shrink, N: n, Model: m})
 		rev := run(Scenario{Protocol: Revoke, N: n, Model: m})
 		bar := run(Scenario{Protocol: Barrier, N: n, Model: m})
 		// One process killed as the agreement starts (not the root: its
@@ -50,12 +51,13 @@ func TestCurves(t *testing.T) {
 			node := run(Scenario{Protocol: Agree, N: n, Model: m, Faults: []Fault{{Rank: n / 2, Kind: Node}}})
 			nodeRow = fmt.Sprintf("%.0f, %.1f", us(node.Detected)/1000, after(node))
 		}
-		fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %.2f, %.1f | %.0f, %.1f | %s |\n", n,
+		fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f | %.2f | %.2f, %.1f | %.0f, %.1f | %s |\n", n,
 			us(agree.Done), us(allr.Done), float64(agree.Done)/float64(allr.Done),
+			us(shr.Done), float64(shr.Done)/float64(allr.Done),
 			us(rev.Done), us(bar.Done), float64(rev.Done)/float64(bar.Done),
 			agree.Msgs, rev.Msgs,
 			us(one.Detected)/1000, after(one), nodeRow)
-		for name, v := range map[string]Time{"agree": agree.Done, "allreduce": allr.Done, "revoke": rev.Done, "barrier": bar.Done} {
+		for name, v := range map[string]Time{"agree": agree.Done, "allreduce": allr.Done, "shrink": shr.Done, "revoke": rev.Done, "barrier": bar.Done} {
 			series[name] = append(series[name], fmt.Sprintf("simulated %s,%d,%.3f", name, n, us(v)))
 		}
 	}

@@ -89,6 +89,9 @@ type Scenario struct {
 	// NoQuorum turns the quorum rule off (fabric.WithQuorum(false)):
 	// both sides of a partition go on.
 	NoQuorum bool
+	// Busy makes each context id (but the world's, in use everywhere)
+	// in use at a process with probability 1/Busy, for a shrink; 0: free.
+	Busy int
 }
 
 func (sc Scenario) String() string {
@@ -122,6 +125,7 @@ func (r *Result) Err(sc Scenario) error {
 // Run plays sc from seed.
 func Run(sc Scenario, seed uint64) *Result {
 	s := newSim(sc.Model, sc.N, seed)
+	s.busy = sc.Busy
 	switch sc.Protocol {
 	case Barrier:
 		s.coll = collBarrier

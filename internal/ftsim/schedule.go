@@ -52,7 +52,7 @@ func Draw(p Protocol, sch Schedule, seed uint64, n, ppn int, m Model) Scenario {
 	rng := rand.New(rand.NewPCG(seed, uint64(sch)+0xfa17))
 	m.PPN = ppn
 	m.Stall, m.StallMax = 0.002, 5*time.Millisecond
-	sc := Scenario{Protocol: p, N: n, Model: m, Skew: Time(rng.Int64N(int64(20 * time.Microsecond)))}
+	sc := Scenario{Protocol: p, N: n, Model: m, Skew: Time(rng.Int64N(int64(20 * time.Microsecond))), Busy: 32}
 	if p == Revoke {
 		sc.Skew *= 10
 	}

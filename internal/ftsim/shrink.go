@@ -16,25 +16,29 @@ const maskWords = 8
 
 // shrinkState is a process's shrink.
 type shrinkState struct {
-	m     *ulfm.Shrink
-	free  []uint64 // its free context ids
-	gen   uint64
-	done  bool
-	group []int
-	ids   []uint64
-	out   uint64 // the generation agreed
+	m    *ulfm.Shrink
+	free []uint64 // its free context ids
+	gen  uint64
+	done bool
+	dead []int // the agreed failed group: the group is the others
+	ids  []uint64
+	out  uint64 // the generation agreed
 }
 
-// startShrink draws p's free ids (each free with probability 31/32, so
-// that at tens of processes no id in the window may be free everywhere,
-// and the whole mask's round runs) and its generation, and enters the
-// first agreement.
+// startShrink draws p's free ids and its generation, and enters the
+// first agreement. Ids 0 and 1 are in use everywhere (the world's); with
+// Scenario.Busy each other id is in use with probability 1/Busy, so that
+// at tens of processes no id of the window may be free everywhere and
+// the whole mask's round runs.
 func (s *Sim) startShrink(p *proc) {
 	sh := &shrinkState{gen: uint64(s.rng.IntN(4))}
-	for range maskWords {
+	for i := range maskWords {
 		w := ^uint64(0)
+		if i == 0 {
+			w &^= 3
+		}
 		for b := range 64 {
-			if s.rng.IntN(32) == 0 {
+			if s.busy > 0 && s.rng.IntN(s.busy) == 0 {
 				w &^= 1 << b
 			}
 		}
@@ -65,7 +69,7 @@ func (s *Sim) shrinkDecided(p *proc) {
 		return
 	}
 	sh.done = true
-	sh.group, sh.ids, sh.out = sh.m.Result()
+	sh.dead, sh.ids, sh.out = sh.m.Agreed()
 	p.decidedAt = p.clock
 }
 
@@ -82,13 +86,13 @@ func (s *Sim) checkShrink(live []*proc) {
 			s.violate("survivor %d never finished its shrink", p.rank)
 			return
 		}
-		if !slices.Equal(sh.group, ref.group) || !slices.Equal(sh.ids, ref.ids) || sh.out != ref.out {
-			s.violate("rank %d shrank to %v (ids %x, generation %d), rank %d to %v (%x, %d)", live[0].rank, ref.group, ref.ids, ref.out, p.rank, sh.group, sh.ids, sh.out)
+		if !slices.Equal(sh.dead, ref.dead) || !slices.Equal(sh.ids, ref.ids) || sh.out != ref.out {
+			s.violate("rank %d shrank without %v (ids %x, generation %d), rank %d without %v (%x, %d)", live[0].rank, ref.dead, ref.ids, ref.out, p.rank, sh.dead, sh.ids, sh.out)
 		}
 	}
 	for _, p := range live {
-		if !slices.Contains(ref.group, p.rank) {
-			s.violate("survivor %d is not in the shrunk group %v", p.rank, ref.group)
+		if slices.Contains(ref.dead, p.rank) {
+			s.violate("survivor %d is left out of the shrunk group (without %v)", p.rank, ref.dead)
 		}
 		for i, w := range ref.ids {
 			if w&^p.shrink.free[i] != 0 {
@@ -99,9 +103,9 @@ func (s *Sim) checkShrink(live []*proc) {
 			s.violate("agreed generation %d is older than survivor %d's %d", ref.out, p.rank, p.shrink.gen)
 		}
 	}
-	for r := range s.n {
-		if !slices.Contains(ref.group, r) && s.procs[r].dieAt == never {
-			s.violate("the shrunk group %v leaves out rank %d, which lives", ref.group, r)
+	for _, r := range ref.dead {
+		if s.procs[r].dieAt == never {
+			s.violate("the shrunk group leaves out rank %d, which lives", r)
 		}
 	}
 }

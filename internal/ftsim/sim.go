@@ -195,6 +195,7 @@ type Sim struct {
 	words nodeWords // a node agreement's state words, by rank
 	slots []uint64  // and its published words
 	coll  int       // the reference collective played, if any
+	busy  int       // a shrink's ids: Scenario.Busy
 
 	violations []string
 	limit      Time // simulated time after which the run is a hang

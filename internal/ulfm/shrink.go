@@ -104,10 +104,17 @@ func (s *Shrink) Decided(val []uint64, raised bool, dead []int) (done bool, err 
 // group, in order), the context ids free at every one of them (a mask as
 // long as this process's), and the latest generation among them.
 func (s *Shrink) Result() (survivors []int, ids []uint64, gen uint64) {
+	failed, ids, gen := s.Agreed()
 	for r := range s.n {
-		if !slices.Contains(s.dead, r) {
+		if _, out := slices.BinarySearch(failed, r); !out {
 			survivors = append(survivors, r)
 		}
 	}
-	return survivors, s.ids, s.maxGen
+	return survivors, ids, gen
+}
+
+// Agreed is Result with the failed group (in rank order) in place of the
+// survivors: what a shrink decides, in the space of its failures.
+func (s *Shrink) Agreed() (failed []int, ids []uint64, gen uint64) {
+	return s.dead, s.ids, s.maxGen
 }
