@@ -41,7 +41,6 @@ func (s *Sim) cutAt(a, b int, t Time) (bool, *partition) {
 // quorumLost ends p when it sees no quorum of nodes.
 func (s *Sim) quorumLost(p *proc) {
 	if _, _, ok := ulfm.Quorum(s.nodeOf, p.rank, p.knows); !ok {
-		p.quit = true
 		s.die(p, p.clock)
 	}
 }

@@ -110,7 +110,7 @@ type Result struct {
 	// Msgs is the protocol's messages per process (ERA's, the revoke's
 	// or the collective's); Notices the failure notices' per process.
 	Msgs, Notices float64
-	// Violations are the promises broken, empty if none.
+	// Violations are the promises broken (the first 20), empty if none.
 	Violations []string
 }
 
@@ -119,7 +119,7 @@ func (r *Result) Err(sc Scenario) error {
 	if len(r.Violations) == 0 {
 		return nil
 	}
-	return fmt.Errorf("seed %d (%v): %d violations, the first: %s", r.Seed, sc, len(r.Violations), r.Violations[0])
+	return fmt.Errorf("seed %d (%v): %d violations (20 at most are kept), the first: %s", r.Seed, sc, len(r.Violations), r.Violations[0])
 }
 
 // Run plays sc from seed.

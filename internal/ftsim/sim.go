@@ -138,7 +138,6 @@ type proc struct {
 
 	coll   collState
 	shrink *shrinkState
-	quit   bool // ended itself: it saw no quorum of nodes
 	node   *nodeState
 }
 
@@ -179,8 +178,7 @@ type Sim struct {
 	now   Time
 	fifo  map[uint64]Time // (src, dst) → the last arrival between them
 
-	// Counts, by protocol.
-	msgs, bytes [tagColl + 1]int
+	msgs [tagColl + 1]int // messages sent, by protocol
 
 	// learned[r]: how many processes learned that r failed, and when the
 	// last did.
@@ -345,7 +343,6 @@ func (s *Sim) send(p *proc, dest, tag int, payload []byte) {
 		kind = 0 // ERA's
 	}
 	s.msgs[kind]++
-	s.bytes[kind] += bytes
 	s.push(event{at: at, kind: evMsg, to: int32(dest), src: int32(p.rank), tag: int32(tag), data: slices.Clone(payload)})
 }
 
@@ -371,7 +368,6 @@ func (s *Sim) deliver(p *proc, src, tag int, m []byte) {
 	case tagFence:
 		// Declared failed, this process ends itself (its heartbeat
 		// thread sees the fence word).
-		p.quit = true
 		s.die(p, p.clock)
 	case tagColl:
 		s.collMessage(p, src, m)
