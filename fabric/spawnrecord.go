@@ -187,7 +187,6 @@ func (ep *Endpoint) joinSpawned(local []int, ours, theirs []*record, first bool)
 		}
 	}
 	e.all = nil // (joined anew)
-	e.notices.Renumbered()
 	e.mu.Unlock()
 	return ep.makeInter(local, remote, first, &and, gen)
 }

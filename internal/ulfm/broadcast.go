@@ -93,11 +93,6 @@ func (b *Notices) Recheck(me, n int, failed func(int) bool, send func(dest, item
 	b.lo, b.hi = lo+1, hi+1
 }
 
-// Renumbered says the driver's indices changed (processes joined): the
-// ±1 neighbours the next Spread or Recheck finds get everything spread so
-// far, whoever they are.
-func (b *Notices) Renumbered() { b.lo, b.hi = 0, 0 }
-
 // ring is the nearest process from me in direction dir not known failed,
 // or -1.
 func (b *Notices) ring(me, n, dir int, failed func(int) bool) int {

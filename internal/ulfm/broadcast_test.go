@@ -128,23 +128,3 @@ func TestNoticesReachEverySurvivor(t *testing.T) {
 		}
 	}
 }
-
-// TestNoticesRenumbered: once the driver's indices change, the ±1
-// neighbours the next Spread finds get every failure spread before.
-func TestNoticesRenumbered(t *testing.T) {
-	var b Notices
-	failed := map[int]bool{}
-	sent := map[[2]int]int{}
-	send := func(to, item int) { sent[[2]int{to, item}]++ }
-	isFailed := func(i int) bool { return failed[i] }
-	failed[5] = true
-	b.Spread(0, 8, 5, isFailed, send) // ±1: 7 and 1 get 5
-	b.Renumbered()
-	failed[4] = true
-	b.Spread(0, 8, 4, isFailed, send)
-	for _, to := range []int{1, 7} {
-		if sent[[2]int{to, 5}] != 2 {
-			t.Errorf("neighbour %d got failure 5 %d times, want twice (again after the renumbering)", to, sent[[2]int{to, 5}])
-		}
-	}
-}
