@@ -89,7 +89,8 @@ func (c *Comm) nodeAgree(ctx context.Context, k uint64, words []uint64, fold fun
 				return true, false, ErrClosed
 			}
 			if failed {
-				st = a.Poll(func(ix int) bool { return ix == a.Waiting() })
+				m := a.Waiting() // (only it: Poll moves on past members that published)
+				st = a.Poll(func(ix int) bool { return ix == m })
 			} else {
 				select {
 				case <-done:
