@@ -12,10 +12,13 @@
 // delays that were behind the detector's false positives. Heartbeats beat
 // every Period; observers look every Tick and judge with ulfm.Silence.
 //
-// One run is a Scenario played from a seed: which processes fail, how
-// (killed, a node at once, a hung node, a process descheduled for a
-// while but alive) and when — at a time, or when a process reaches a
-// phase of the agreement. Every random choice comes from the seed, and
+// One run is a Scenario played from a seed: which protocol the processes
+// run (agree, revoke, shrink, a node agreement, or a reference
+// collective), which processes fail, how (killed, a node's all at once,
+// not run for a while but alive, cut off by a partition) and when — at a
+// time, or when a process sends a given message of the protocol. Draw
+// makes scenarios by families of schedules. Every random choice comes
+// from the seed, and
 // events at the same simulated time are ordered by when they were made,
 // so a seed replays exactly. Check verifies what the protocols promise;
 // a violation names its seed.
