@@ -108,8 +108,8 @@ type Result struct {
 	// the first fault (0 without faults).
 	Detected Time
 	// Msgs is the protocol's messages per process (ERA's, the revoke's
-	// or the collective's); Notices the failure notices' per process.
-	Msgs, Notices float64
+	// or the collective's).
+	Msgs float64
 	// Violations are the promises broken (the first 20), empty if none.
 	Violations []string
 }
@@ -333,7 +333,6 @@ func (s *Sim) check(sc Scenario) *Result {
 		proto = s.msgs[0]
 	}
 	res.Msgs = float64(proto) / float64(s.n)
-	res.Notices = float64(s.msgs[tagNotice]) / float64(s.n)
 	res.Violations = s.violations
 	return res
 }

@@ -138,9 +138,6 @@ func (a *Agreement) Raised() bool { return a.raised }
 // order: every process that did not contribute is in it.
 func (a *Agreement) Dead() []int { return a.dead.ints() }
 
-// IsDead reports whether rank r is in Dead.
-func (a *Agreement) IsDead(r int) bool { return a.dead.has(r) }
-
 // Err is why the agreement cannot go on here — a message the send
 // function refused — or nil.
 func (a *Agreement) Err() error { return a.err }
