@@ -12,7 +12,7 @@
 # A schedule that breaks a promise prints its number: replay it with
 # FTSIM_SEEDS=N+1 and a breakpoint, or from internal/ftsim's draw(N).
 # Needs Go only; it runs on one CPU: 100,000 schedules take about 7
-# minutes, the curves to 65,536 about 2 more.
+# minutes, the curves to 65,536 about 3 more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${SEEDS:-100000}
