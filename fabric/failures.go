@@ -3,6 +3,7 @@
 package fabric
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -115,6 +116,33 @@ func (ep *Endpoint) Heartbeat(w int) (Beat, error) {
 		return Beat{Count: count, At: at}, nil
 	}
 	return Beat{}, fmt.Errorf("fabric: world rank %d has no heartbeat this process reads: %w", w, ErrNotSupported)
+}
+
+// AskNode asks world rank w's node, over the network, whether it is
+// there — for a detector that convicted w because its node stopped
+// answering reads (ulfm.NodeProbe): every period until ctx ends or one is
+// answered, a TCP connection to the port w's verbs handshakes come
+// through. answered reports whether an answer came: a connection accepted
+// or refused, either of which says the node's kernel runs. It fails with
+// ErrNotSupported for a process this one does not reach over verbs (on
+// its node there is the kernel's word instead) or whose address it never
+// read.
+func (ep *Endpoint) AskNode(ctx context.Context, w int, period time.Duration) (answered func() bool, err error) {
+	if w < 0 || w >= ep.size || w == ep.rank || period <= 0 {
+		return nil, fmt.Errorf("%w: asking world rank %d of %d's node every %v", ErrInvalid, w, ep.size, period)
+	}
+	e := ep.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	if v := ep.verbs; v != nil && e.route[w] == v {
+		if answered, ok := v.Knock(ctx, w, period); ok {
+			return answered, nil
+		}
+	}
+	return nil, fmt.Errorf("fabric: world rank %d's node cannot be asked over the network: %w", w, ErrNotSupported)
 }
 
 // Failure returns what this process knows of world rank w's failure: an

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -196,6 +197,15 @@ func (d *Detector) run(obs int) {
 	// probe asks this node's kernel about the observed process's
 	// heartbeat thread, only once its heartbeat stood still for Timeout.
 	probe := func() ulfm.Runstate { return runstate(ep.HeartbeatRunstate(obs)) }
+	// nodes ask the nodes of processes convicted for unanswered reads
+	// whether they are there.
+	var nodes []*nodeQuestion
+	asked := -1 // the watched process whose node this watch asked
+	defer func() {
+		for _, q := range nodes {
+			q.stop()
+		}
+	}()
 	for {
 		select {
 		case <-d.stop:
@@ -204,6 +214,7 @@ func (d *Detector) run(obs int) {
 		case now = <-deadline.C:
 		}
 		deadline.Stop()
+		nodes = slices.DeleteFunc(nodes, func(q *nodeQuestion) bool { return q.look(now) })
 		if w := d.next(me); w != obs && (obs < 0 || ep.State(obs) == fabric.Alive || ep.State(obs) == fabric.Stalled) {
 			// The ring changed under this process — a spawn joined
 			// processes between it and the one it watched: watch its
@@ -240,9 +251,23 @@ func (d *Detector) run(obs int) {
 			ep.SetStalled(obs, false)
 		case ulfm.Stalled:
 			ep.SetStalled(obs, true)
+		case ulfm.Unreached:
+			// Not read yet, Timeout after this watch began: a connection
+			// to a dead node gets no answer (nor a refusal) for as long as
+			// it is tried. Ask the node, once a watch: a node that
+			// answers lives, and the handshake ends as handshakes do.
+			if asked != obs {
+				var ok bool
+				if nodes, ok = d.askNode(nodes, obs, now); ok {
+					asked = obs
+				}
+			}
 		case ulfm.Convicted:
 			ep.MarkFailed(obs, fmt.Errorf("%w: its heartbeat did not move for %v, and %s (observed by world rank %d)",
 				ErrSuspected, now.Sub(s.Moved()).Round(time.Millisecond), s.Why(), me))
+			if s.Unanswered() {
+				nodes, _ = d.askNode(nodes, obs, now)
+			}
 			obs = d.next(obs)
 			d.setObserving(obs)
 			s.Restart(now)
@@ -256,3 +281,61 @@ func (d *Detector) run(obs int) {
 // runstate is fabric's word on a heartbeat thread as ulfm's rules take
 // it: the same value (TestRunstate).
 func runstate(r fabric.Runstate) ulfm.Runstate { return ulfm.Runstate(r) }
+
+// nodeQuestion is a question to the node of a process convicted because
+// its node stopped answering reads, or never reached: is the node there?
+// (ulfm.NodeProbe.)
+type nodeQuestion struct {
+	d        *Detector
+	w        int // the process whose node is asked
+	p        *ulfm.NodeProbe
+	answered func() bool
+	stop     context.CancelFunc
+}
+
+// askNode adds to open a question to the node of w, at now, unless one
+// is open (ok) or the node cannot be asked (this one, not over verbs, or
+// w's address not read yet).
+func (d *Detector) askNode(open []*nodeQuestion, w int, now time.Time) (_ []*nodeQuestion, ok bool) {
+	ep := d.ep
+	node := ep.Node(w)
+	if node < 0 || node == ep.Node(d.me) {
+		return open, false
+	}
+	if slices.ContainsFunc(open, func(q *nodeQuestion) bool { return ep.Node(q.w) == node }) {
+		return open, true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	answered, err := ep.AskNode(ctx, w, d.o.Tick)
+	if err != nil {
+		cancel()
+		return open, false
+	}
+	return append(open, &nodeQuestion{d: d, w: w, p: ulfm.NewNodeProbe(now, d.o.Timeout), answered: answered, stop: cancel}), true
+}
+
+// look weighs the node's answers at now, and reports whether the question
+// is settled (and its asking stopped): the node answered, or it did not
+// within the timeout and every process of it was convicted.
+func (q *nodeQuestion) look(now time.Time) bool {
+	if q.answered() {
+		q.p.Answer()
+	}
+	v, _ := q.p.Look(now)
+	switch v {
+	case ulfm.Beating:
+		q.stop()
+		return true
+	case ulfm.Convicted:
+		q.stop()
+		ep := q.d.ep
+		for _, w := range ep.Joined() {
+			if s := ep.State(w); w != q.d.me && ep.Node(w) == ep.Node(q.w) && (s == fabric.Alive || s == fabric.Stalled) {
+				ep.MarkFailed(w, fmt.Errorf("%w: its node answered no connection for %v, after world rank %d there went silent (asked by world rank %d)",
+					ErrSuspected, q.d.o.Timeout, q.w, q.d.me))
+			}
+		}
+		return true
+	}
+	return false
+}

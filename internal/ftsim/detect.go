@@ -22,10 +22,14 @@ func (s *Sim) watch(p *proc, x int) {
 	p.obs = x
 	p.gen++
 	p.looking = false
+	p.asked = false
 	if p.sil == nil {
 		p.sil = ulfm.NewSilence(s.m.Detector, epoch.Add(p.clock))
 	} else {
 		p.sil.Restart(epoch.Add(p.clock))
+	}
+	if x >= 0 {
+		p.connAt = s.connect(p, s.procs[x])
 	}
 	if x >= 0 && s.faulty(p, s.procs[x], p.clock) {
 		s.startLooking(p)
@@ -94,6 +98,9 @@ func (s *Sim) startLooking(p *proc) {
 // answering (the reading keeps the last answer's time). A process not
 // run does not beat either, and its node's kernel says it waits to run.
 func (s *Sim) reading(p, x *proc, t Time) (ulfm.Reading, ulfm.Runstate) {
+	if t < p.connAt {
+		return ulfm.Reading{}, ulfm.RunUnknown // not connected yet: nothing read
+	}
 	if cut, c := s.cutAt(p.rank, x.rank, t); cut && t < x.dieAt {
 		// Unanswered since the cut: the last answer's count and time.
 		r, _ := s.reading(p, x, c.at-1)
@@ -136,10 +143,18 @@ func (s *Sim) look(p *proc, e event) {
 	v, left := p.sil.Look(epoch.Add(p.clock), r, func() ulfm.Runstate { return rs })
 	switch {
 	case v == ulfm.Convicted:
+		deaf := p.sil.Unanswered()
 		s.learn(p, x.rank)
+		if deaf {
+			s.askNode(p, x)
+		}
 	case v == ulfm.Beating && !s.faulty(p, x, p.clock):
 		p.looking = false // it beats: nothing to see until its next fault
 	default:
+		if v == ulfm.Unreached && !p.asked {
+			p.asked = true // (once a watch, as ft.Detector)
+			s.askNode(p, x)
+		}
 		next := s.tickAfter(p, p.clock)
 		if left > 0 {
 			next = p.clock + left

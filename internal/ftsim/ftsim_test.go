@@ -111,7 +111,8 @@ func TestReplay(t *testing.T) {
 // TestCheckerCatches: the checks fail a run that breaks a promise. A
 // process on another node not run for longer than the detector's
 // Unconfirmed is outside its assumptions: it is convicted, live, and
-// the run says so. So is a partition without the quorum rule.
+// the run says so. So is a partition without the quorum rule, and a
+// node down with nobody asking it whether it is there.
 func TestCheckerCatches(t *testing.T) {
 	m := Cluster()
 	m.PPN = 1
@@ -140,6 +141,21 @@ func TestCheckerCatches(t *testing.T) {
 		t.Fatalf("a partition without the quorum rule left no two sides: %+v", r)
 	}
 	t.Logf("as it should: %v", r.Err(cut))
+	// A node of 4 down while an agreement runs: without asking the node,
+	// its processes the observer across had not connected to are never
+	// read, never refused and never convicted, and the agreement waits
+	// for them — the gap the node's question closes.
+	m.PPN = 4
+	down := Scenario{Protocol: Agree, N: 16, Model: m, Faults: []Fault{{Rank: 5, Kind: Node}}}
+	if err := Run(down, 1).Err(down); err != nil {
+		t.Fatal(err)
+	}
+	down.NoNodeProbe = true
+	r = Run(down, 1)
+	if len(r.Violations) == 0 {
+		t.Fatalf("a node down with nobody asking it: every process known and the agreement over: %+v", r)
+	}
+	t.Logf("as it should: %v", r.Err(down))
 }
 
 // TestReference: the reference collectives finish everywhere in the

@@ -89,6 +89,9 @@ type Scenario struct {
 	// NoQuorum turns the quorum rule off (fabric.WithQuorum(false)):
 	// both sides of a partition go on.
 	NoQuorum bool
+	// NoNodeProbe leaves out the node's question (ulfm.NodeProbe), to
+	// show what it is for.
+	NoNodeProbe bool
 	// Busy makes each context id (but the world's, in use everywhere)
 	// in use at a process with probability 1/Busy, for a shrink; 0: free.
 	Busy int
@@ -126,6 +129,7 @@ func (r *Result) Err(sc Scenario) error {
 func Run(sc Scenario, seed uint64) *Result {
 	s := newSim(sc.Model, sc.N, seed)
 	s.busy = sc.Busy
+	s.noProbe = sc.NoNodeProbe
 	switch sc.Protocol {
 	case Barrier:
 		s.coll = collBarrier
@@ -198,6 +202,7 @@ func (s *Sim) applyFault(sc Scenario, f Fault) {
 		s.push(event{at: f.At, kind: evCut})
 	case f.Kind == Node:
 		node := s.m.node(f.Rank)
+		s.downAt[node] = min(s.downAt[node], f.At)
 		for r := node * s.m.PPN; r < min(s.n, (node+1)*s.m.PPN); r++ {
 			s.die(s.procs[r], f.At)
 		}

@@ -43,6 +43,8 @@ const (
 	evNodeEnter               // a process enters a node agreement
 	evNodePoll                // a process polls its node agreement
 	evPidfd                   // a process's pidfd of a killed peer fires
+	evRefused                 // a process's handshake with a dead peer is refused
+	evAnswer                  // a process's question to a node ends (connect.go)
 )
 
 type event struct {
@@ -135,6 +137,9 @@ type proc struct {
 	looking bool
 	gen     uint32
 	phase   Time
+	connAt  Time         // when its connection to obs can be read (connect.go)
+	asking  map[int]bool // the nodes it asks whether they are there
+	asked   bool         // this watch asked its node (once a watch)
 
 	coll   collState
 	shrink *shrinkState
@@ -187,13 +192,15 @@ type Sim struct {
 
 	cuts          []partition
 	nodeOf        []int    // by rank, its node: the quorum rule is on (a job across nodes, with partitions)
+	downAt        []Time   // by node, when it went down (never: it did not)
 	convictedLive [][2]int // (by whom, whom): a process declared failed while it lived
 
-	vals  []uint64  // by rank: its contribution
-	words nodeWords // a node agreement's state words, by rank
-	slots []uint64  // and its published words
-	coll  int       // the reference collective played, if any
-	busy  int       // a shrink's ids: Scenario.Busy
+	vals    []uint64  // by rank: its contribution
+	words   nodeWords // a node agreement's state words, by rank
+	slots   []uint64  // and its published words
+	coll    int       // the reference collective played, if any
+	busy    int       // a shrink's ids: Scenario.Busy
+	noProbe bool      // Scenario.NoNodeProbe
 
 	violations []string
 	limit      Time // simulated time after which the run is a hang
@@ -205,6 +212,10 @@ func newSim(m Model, n int, seed uint64) *Sim {
 	s.ranks = make([]int, n)
 	for i := range s.ranks {
 		s.ranks[i] = i
+	}
+	s.downAt = make([]Time, (n+m.PPN-1)/m.PPN)
+	for i := range s.downAt {
+		s.downAt[i] = never
 	}
 	s.procs = make([]*proc, n)
 	for i := range s.procs {
@@ -273,8 +284,10 @@ func (s *Sim) handle(e event) {
 		s.nodeEnter(p)
 	case evNodePoll:
 		s.nodePoll(p)
-	case evPidfd:
+	case evPidfd, evRefused:
 		s.learn(p, int(e.src))
+	case evAnswer:
+		s.nodeAnswer(p, int(e.src), e.data)
 	}
 	s.end(p)
 }

@@ -44,6 +44,7 @@ const (
 	Beating                  // the count changed
 	Stalled                  // silent for StalledAfter
 	Convicted                // silent for Timeout, and the evidence says it cannot run
+	Unreached                // never read, Timeout after the watch began: ask its node (NodeProbe)
 )
 
 // Times are a detector's: how long a heartbeat may stand still before
@@ -98,12 +99,14 @@ func (r Runstate) String() string {
 // kernel's word; internal/ftsim with modelled ones).
 type Silence struct {
 	o     Times
+	since time.Time // the watch's start
 	moved time.Time // no earlier than the last beat seen
 	prev  time.Time // the last look
 	count uint64    // what the heartbeat showed at moved
 	known bool      // a count has been seen
 	stall time.Time // the last look that came late: the observer's own silence
 	why   string    // the evidence of a conviction
+	deaf  bool      // the last conviction was for unanswered reads
 }
 
 // NewSilence is a measure under times o, started at now.
@@ -116,7 +119,7 @@ func NewSilence(o Times, now time.Time) *Silence {
 // Restart measures afresh from now, with no count known (a new observed
 // process).
 func (s *Silence) Restart(now time.Time) {
-	s.moved, s.prev, s.known, s.stall = now, now, false, time.Time{}
+	s.since, s.moved, s.prev, s.known, s.stall, s.deaf = now, now, now, false, time.Time{}, false
 }
 
 // Look takes the reading b that a look at now found, and returns the
@@ -153,9 +156,13 @@ func (s *Silence) Look(now time.Time, b Reading, probe func() Runstate) (v Verdi
 		return Beating, 0
 	case !s.known:
 		// A heartbeat never read yet (a new observed process, not yet
-		// connected) convicts nobody: a connection that cannot be made
-		// fails the process by itself.
+		// connected) convicts nobody by itself. A connection refused
+		// fails the process; one that gets no answer may be to a dead
+		// node, which never answers: after Timeout, its node is asked.
 		s.moved = now
+		if now.Sub(s.since) >= s.o.Timeout {
+			return Unreached, 0
+		}
 		return Quiet, 0
 	case now.Sub(s.moved) >= s.o.Timeout:
 		return s.judge(now, b, probe), 0
@@ -196,6 +203,7 @@ func (s *Silence) judge(now time.Time, b Reading, probe func() Runstate) Verdict
 		return Stalled
 	case now.Sub(b.At) >= s.o.Timeout/2:
 		s.why = fmt.Sprintf("no read of it was answered for %v", now.Sub(b.At).Round(time.Millisecond))
+		s.deaf = true
 		return Convicted
 	case now.Sub(since) >= s.o.Unconfirmed:
 		s.why = "its node cannot say why"
@@ -206,6 +214,10 @@ func (s *Silence) judge(now time.Time, b Reading, probe func() Runstate) Verdict
 
 // Why is the evidence of the last conviction.
 func (s *Silence) Why() string { return s.why }
+
+// Unanswered reports whether the last conviction was for reads its node
+// no longer answered: the evidence that calls for a NodeProbe.
+func (s *Silence) Unanswered() bool { return s.deaf }
 
 // Moved is when the heartbeat was last seen to move (or the measure
 // started).

@@ -9,7 +9,8 @@ import (
 // its node's kernel says is stopped when the silence since the look that
 // saw it move reaches Timeout — at that moment, between ticks if need
 // be, never before — and not after a look that came late (the
-// observer's own silence) or before any count was read. And it convicts
+// observer's own silence) or before any count was read (its node is asked
+// instead, once the watch is Timeout old). And it convicts
 // only on evidence: never a process that waits to run or sleeps, however
 // long; one on another node when reads go unanswered, or after
 // Unconfirmed.
@@ -73,12 +74,15 @@ func TestSilence(t *testing.T) {
 			{300, 2, true, Stalled, 50 * time.Millisecond, 0},
 			{350, 2, true, Convicted, 0, 0},
 		}, stopped},
-		{"nothing read convicts nobody", []look{
+		{"nothing read convicts nobody: after Timeout, its node is asked", []look{
 			{0, 0, false, Quiet, 0, 0},
 			{100, 0, false, Quiet, 0, 0},
 			{200, 0, false, Quiet, 0, 0},
-			{300, 0, false, Quiet, 0, 0},
+			{250, 0, false, Unreached, 0, 0},
+			{300, 0, false, Unreached, 0, 0},
 			{400, 7, true, Beating, 0, 0},
+			{500, 7, true, Stalled, 0, 0}, // the measure runs from the first read
+			{600, 7, true, Stalled, 50 * time.Millisecond, 0},
 		}, stopped},
 		{"gone and frozen convict like stopped", []look{
 			{0, 1, true, Beating, 0, 0},
@@ -154,5 +158,33 @@ func TestSilence(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNodeProbe: a node that answers nothing within the timeout is
+// convicted at the timeout, not before; any answer, at any time before,
+// clears it.
+func TestNodeProbe(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	p := NewNodeProbe(t0, 200*time.Millisecond)
+	for _, l := range []struct {
+		at   int
+		want Verdict
+		left time.Duration
+	}{{0, Quiet, 200 * time.Millisecond}, {150, Quiet, 50 * time.Millisecond}, {199, Quiet, time.Millisecond}, {200, Convicted, 0}, {900, Convicted, 0}} {
+		if v, left := p.Look(ms(l.at)); v != l.want || left != l.left {
+			t.Fatalf("silent node, look at %d ms: %d, %v; want %d, %v", l.at, v, left, l.want, l.left)
+		}
+	}
+	p = NewNodeProbe(t0, 200*time.Millisecond)
+	if v, _ := p.Look(ms(100)); v != Quiet {
+		t.Fatalf("before an answer: %d", v)
+	}
+	p.Answer()
+	for _, at := range []int{150, 200, 5000} {
+		if v, left := p.Look(ms(at)); v != Beating || left != 0 {
+			t.Fatalf("answered, look at %d ms: %d, %v; want Beating", at, v, left)
+		}
 	}
 }

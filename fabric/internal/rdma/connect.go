@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -83,6 +84,56 @@ func (v *Provider) handshakeGo(f func()) {
 		defer v.hs.Done()
 		f()
 	}()
+}
+
+// Knock asks world rank w's node whether it is there: a TCP connection to
+// w's handshake port every period, until one is answered — accepted or
+// refused: the node's kernel runs — or ctx ends or the provider closes.
+// The connection says nothing and is closed at once (the other side's
+// serve reads no hello and lets it go). answered reports whether an
+// answer came; ok is false when w's address is not known (never read:
+// there is nothing to knock at). With the engine's lock held.
+func (v *Provider) Knock(ctx context.Context, w int, period time.Duration) (answered func() bool, ok bool) {
+	if w < 0 || w >= len(v.addrs) || !v.hasAddr(w) || v.closing {
+		return nil, false
+	}
+	addr := v.addrs[w].tcp
+	var yes atomic.Bool
+	v.handshakeGo(func() {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(v.hsCtx, cancel)()
+		dial := func(ctx context.Context, deadline time.Time) (net.Conn, error) {
+			d := net.Dialer{Deadline: deadline}
+			return d.DialContext(ctx, "tcp", addr)
+		}
+		yes.Store(knock(ctx, dial, period))
+	})
+	return yes.Load, true
+}
+
+// knock dials every period, each dial given until the next, and reports
+// true at the first answer — a connection made (closed at once) or
+// refused — or false when ctx ends first. A dial that fails otherwise
+// (no answer in its time, or no route to ask by, as to a host whose
+// neighbour entry failed) is not an answer.
+func knock(ctx context.Context, dial func(ctx context.Context, deadline time.Time) (net.Conn, error), period time.Duration) bool {
+	for ctx.Err() == nil {
+		next := time.Now().Add(period)
+		c, err := dial(ctx, next)
+		if err == nil {
+			c.Close()
+			return true
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(next)):
+		}
+	}
+	return false
 }
 
 // WaitHandshakes waits, after Close and without the engine's lock, until

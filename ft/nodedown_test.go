@@ -1,0 +1,99 @@
+//go:build linux
+
+package ft
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rivet-hpc/rivet/collectives"
+	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/testutil"
+	"github.com/rivet-hpc/rivet/internal/vm"
+)
+
+// A node of several processes dies. Its processes were watched across
+// nodes by one observer only, and some of them it had never connected
+// to: a connection to a dead node is neither made nor refused, and no
+// read of it is answered. The observer asks the node itself
+// (ulfm.NodeProbe) and convicts all of it at once; the heartbeat is the
+// only failure source, so nothing else can tell.
+
+func init() { progs.Add("nodedown", progNodeDown) }
+
+// nodeDownFirst is the first rank on the node TestHostNodeDown kills
+// (node 3, ranks 2 to 5; node 1 holds rank 0 and node 2 rank 1).
+const nodeDownFirst = 2
+
+func progNodeDown(ctx context.Context, ep *fabric.Endpoint) error {
+	w := ep.World()
+	me, n := w.Rank(), w.Size()
+	d, err := Start(ctx, ep, Options{Timeout: clusterTimeout})
+	must(err, "start the detector")
+	defer d.Stop()
+	// The detector's start ends in a barrier: a dissemination among 6,
+	// after which rank 0 has talked with ranks 1, 2, 4 and 5 — not 3.
+	must(collectives.Barrier(ctx, w), "barrier")
+	if me >= nodeDownFirst {
+		for t0 := time.Now(); time.Since(t0) < time.Minute; time.Sleep(10 * time.Millisecond) {
+			ep.Poll()
+		}
+		failf("rank %d lived on past its node's death", me)
+	}
+	var t0 time.Time
+	if me == 0 {
+		must(vm.Control(ctx, "kill 3"), "kill node 3")
+		t0 = time.Now()
+	}
+	dead := n - nodeDownFirst
+	for end := time.Now().Add(time.Minute); w.GetFailed().Size() < dead; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			failf("a minute after node 3 died, rank %d knows %v failed, not all of ranks %d to %d", me, w.GetFailed().Members(), nodeDownFirst, n-1)
+		}
+		ep.Poll()
+	}
+	if g := w.GetFailed().Members(); g[0] < nodeDownFirst || g[len(g)-1] >= n || len(g) != dead {
+		failf("GetFailed names %v, want ranks %d to %d", g, nodeDownFirst, n-1)
+	}
+	if me == 1 {
+		must(w.Send(ctx, nil, 0, tagKnew), "tell rank 0")
+	} else {
+		_, err := w.Recv(ctx, nil, 1, tagKnew)
+		must(err, "rank 1's word")
+		fmt.Printf("nodedown: the last survivor knew all %d failed after %v\n", dead, time.Since(t0).Round(time.Millisecond))
+	}
+	settle(ctx, w)
+	shrunk(ctx, w, nodeDownFirst)
+	if me == 0 {
+		survivorsDone(ctx, 2, 2)
+	}
+	return nil
+}
+
+// TestHostNodeDown kills a node of four processes, watched with the
+// heartbeat alone: every survivor learns of all four within the time of
+// a conviction and one question to the node, and they agree and shrink.
+func TestHostNodeDown(t *testing.T) {
+	self := testutil.Executable(t)
+	nodeCmd := `if [ $RXEVM_NODE = 2 ]; then RANK=1 ` + self + `; echo $? >$RXEVM_SHARED/exit.2; ` +
+		`else for r in 2 3 4 5; do RANK=$r ` + self + ` & done; wait; fi`
+	env := []string{progs.Env + "=nodedown", "WORLD_SIZE=6", "MASTER_ADDR=" + vm.NodeAddr(1), "MASTER_PORT=29500",
+		"RIVET_JOB_SECRET=nodedown-test", "RIVET_FT_SOURCES=heartbeat"}
+	out, errs := testutil.RunCluster(t, 3, nodeCmd, env, "sh", "-c", "RANK=0 exec "+self)
+	if !strings.Contains(out, "rank 0 ok\n") || !strings.Contains(errs, "[node2] rank 1 ok\n") {
+		t.Fatal("the survivors did not recover")
+	}
+	m := regexp.MustCompile(`nodedown: the last survivor knew all 4 failed after (\S+)\n`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatal("no detection time")
+	}
+	// The first conviction within TestHostMatrix's bound (2 × timeout +
+	// 2 s), then the node's question: a timeout more.
+	if last, err := time.ParseDuration(m[1]); err != nil || last > 3*clusterTimeout+2*time.Second {
+		t.Errorf("the last survivor knew after %s, want within 3 × %v + 2 s", m[1], clusterTimeout)
+	}
+}
