@@ -337,6 +337,33 @@ func TestHostBench(t *testing.T) {
 	}
 }
 
+// TestHostBenchUnderMpirun: rivet bench started by Open MPI's mpirun, a
+// launcher Rivet cannot join, fails at every process with a word on what
+// to use instead — it neither runs as N jobs of its own nor launches any
+// (ft_detect launches its rounds itself).
+func TestHostBenchUnderMpirun(t *testing.T) {
+	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"bench", "osu_latency", "-m", "8:8", "-i", "10"}, {"bench", "-np", "2", "ft_detect", "-rounds", "1"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, mpirun, append([]string{"-n", "2", "--oversubscribe", self}, args...)...)
+		cmd.Env = append(os.Environ(), "RIVET_TEST_AS_MAIN=1", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		cancel()
+		if err == nil || strings.Contains(out.String(), "# OSU") || strings.Contains(out.String(), "Detection") {
+			t.Fatalf("rivet %v under mpirun -n 2: %v\nstdout:\n%s\nstderr:\n%s", args, err, out.String(), errb.String())
+		}
+		if n := strings.Count(errb.String(), "started by a launcher Rivet cannot join: Open MPI's mpirun"); n != 2 {
+			t.Errorf("rivet %v under mpirun -n 2: %d processes named the launcher, want 2:\n%s", args, n, errb.String())
+		}
+	}
+}
+
 // TestHostBenchFTDetect: rivet bench ft_detect times rounds of a job
 // that loses a rank, and prints their median, fastest and slowest.
 func TestHostBenchFTDetect(t *testing.T) {

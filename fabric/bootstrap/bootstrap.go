@@ -74,7 +74,10 @@ type JobNamer interface {
 // step's nodelist: rank 0 hosts the store on the first node);
 // torchrun-style RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
 // meeting at a store that rank 0 hosts and that admits only holders of
-// RIVET_JOB_SECRET; otherwise a singleton job of size 1.
+// RIVET_JOB_SECRET; otherwise a singleton job of size 1. A process that a
+// launcher Rivet cannot join started as one of several (Open MPI's
+// mpirun, a PMIx server: ErrForeignLauncher) gets an error instead, never
+// a job of its own.
 func Detect(ctx context.Context) (Bootstrap, error) {
 	c, err := pmi.FromEnv(ctx)
 	switch {
@@ -86,6 +89,9 @@ func Detect(ctx context.Context) (Bootstrap, error) {
 		return &pmiBootstrap{c: c}, nil
 	case !errors.Is(err, pmi.ErrNoLauncher):
 		return nil, fmt.Errorf("bootstrap: bootstrap over PMI: %w", err)
+	}
+	if err := Foreign(); err != nil {
+		return nil, err
 	}
 	if haveSlurm() {
 		return slurmBootstrap(ctx)

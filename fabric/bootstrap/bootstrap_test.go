@@ -105,7 +105,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(k, "PMI_"), strings.HasPrefix(k, "SLURM_"), k == "RANK", k == "WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT", k == "RIVET_JOB_SECRET", k == "SLURMD_NODENAME", strings.HasPrefix(k, "RIVET_RENDEZVOUS_"):
+		case strings.HasPrefix(k, "PMI_"), strings.HasPrefix(k, "PMIX_"), strings.HasPrefix(k, "OMPI_"), strings.HasPrefix(k, "SLURM_"), k == "RANK", k == "WORLD_SIZE", k == "MASTER_ADDR", k == "MASTER_PORT", k == "RIVET_JOB_SECRET", k == "SLURMD_NODENAME", strings.HasPrefix(k, "RIVET_RENDEZVOUS_"):
 			continue
 		}
 		env = append(env, kv)
@@ -146,6 +146,60 @@ func TestUnderHydra(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	checkRanks(t, string(out), 4, "pmi-2")
+}
+
+// TestForeign: a process one of several that a launcher Rivet cannot
+// join started is told so, by name, never made a job of its own; a job
+// of one, and a Slurm step (which srun describes whatever --mpi says),
+// are not foreign.
+func TestForeign(t *testing.T) {
+	vars := []string{"OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_NAMESPACE", "PMIX_RANK",
+		"SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}
+	step := []string{"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_STEP_NODELIST=n1"}
+	for _, c := range []struct {
+		env  []string
+		want string // "" for none
+	}{
+		{[]string{"OMPI_COMM_WORLD_SIZE=2", "PMIX_NAMESPACE=1234", "PMIX_RANK=1"}, "Open MPI's mpirun"},
+		{[]string{"OMPI_COMM_WORLD_SIZE=1", "PMIX_RANK=0"}, ""},
+		{[]string{"MV2_COMM_WORLD_SIZE=4"}, "mpirun_rsh"},
+		{[]string{"PMIX_NAMESPACE=prterun-x-1@1", "PMIX_RANK=0"}, "a PMIx launcher"},
+		{append([]string{"PMIX_NAMESPACE=slurm.pmix.5.0", "PMIX_RANK=1"}, step...), ""},
+		{append([]string{"OMPI_COMM_WORLD_SIZE=2"}, step...), "Open MPI's mpirun"},
+		{[]string{"OMPI_COMM_WORLD_SIZE=two"}, "Open MPI's mpirun"},
+	} {
+		for _, k := range vars {
+			t.Setenv(k, "")
+		}
+		for _, kv := range c.env {
+			k, v, _ := strings.Cut(kv, "=")
+			t.Setenv(k, v)
+		}
+		err := bootstrap.Foreign()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.env, err)
+		case c.want != "" && (!errors.Is(err, bootstrap.ErrForeignLauncher) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "rivetrun")):
+			t.Errorf("%v: %v, want ErrForeignLauncher naming %s and what to use", c.env, err, c.want)
+		}
+	}
+}
+
+// TestUnderMpirun: under Open MPI's mpirun, every process's Detect fails
+// naming it; none runs as a job of one.
+func TestUnderMpirun(t *testing.T) {
+	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := childCmd(ctx, t, mpirun, "-n", "2", "--oversubscribe")
+	cmd.Env = append(cmd.Env, "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || strings.Contains(string(out), "bootstrap rank") {
+		t.Fatalf("under mpirun -n 2: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "child: bootstrap: started by a launcher Rivet cannot join: Open MPI's mpirun (PMIx), OMPI_COMM_WORLD_SIZE=2"); n != 2 {
+		t.Errorf("%d processes named the launcher, want 2:\n%s", n, out)
+	}
 }
 
 func freePort(t *testing.T) string {

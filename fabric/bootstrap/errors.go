@@ -21,4 +21,11 @@ var (
 
 	// ErrDenied is returned when the other side does not prove the job secret.
 	ErrDenied = errors.New("bootstrap: the job secret does not match")
+
+	// ErrForeignLauncher is returned by Detect (and Foreign) when the
+	// process was started as one of several by a launcher whose protocol
+	// Rivet does not speak — Open MPI's mpirun, a PMIx server, MVAPICH's
+	// mpirun_rsh: going on alone would run each process as a job of its
+	// own.
+	ErrForeignLauncher = errors.New("bootstrap: started by a launcher Rivet cannot join")
 )

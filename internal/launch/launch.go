@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rivet-hpc/rivet/fabric/bootstrap"
 	"github.com/rivet-hpc/rivet/internal/pmi"
 )
 
@@ -103,6 +104,12 @@ func Run(ctx context.Context, o Options, argv []string) int {
 	}
 	if o.N < 1 || len(argv) == 0 {
 		fmt.Fprintln(o.Stderr, "rivetrun: need N ≥ 1 and a program")
+		return 2
+	}
+	if err := bootstrap.Foreign(); err != nil {
+		// One of several processes another launcher started: each would
+		// launch a job of its own.
+		fmt.Fprintf(o.Stderr, "rivetrun: %v\n", err)
 		return 2
 	}
 	path, err := exec.LookPath(argv[0])
