@@ -5,6 +5,7 @@ package ft
 import (
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,11 +18,14 @@ import (
 )
 
 // A node of several processes dies. Its processes were watched across
-// nodes by one observer only, and some of them it had never connected
-// to: a connection to a dead node is neither made nor refused, and no
-// read of it is answered. The observer asks the node itself
-// (ulfm.NodeProbe) and convicts all of it at once; the heartbeat is the
-// only failure source, so nothing else can tell.
+// nodes by one observer only, which had never connected to some of them:
+// a connection to a dead node is neither made nor refused, and no read of
+// it is answered. The observer asks the node itself (ulfm.NodeProbe) and
+// convicts all of it at once. The heartbeat is the only failure source,
+// and the transport's retries are set to run out after some 15 s (a
+// 2.1 s timeout): a send to a dead process over a connection made
+// before — the failure notices go to a few neighbours each — fails it
+// only then, well after the node's question.
 
 func init() { progs.Add("nodedown", progNodeDown) }
 
@@ -44,8 +48,14 @@ func progNodeDown(ctx context.Context, ep *fabric.Endpoint) error {
 		}
 		failf("rank %d lived on past its node's death", me)
 	}
+	// Rank 1 may still wait in the barrier for a message from node 3:
+	// the kill waits for its word.
 	var t0 time.Time
-	if me == 0 {
+	if me == 1 {
+		must(w.Send(ctx, nil, 0, tagReady), "ready")
+	} else {
+		_, err := w.Recv(ctx, nil, 1, tagReady)
+		must(err, "rank 1 ready")
 		must(vm.Control(ctx, "kill 3"), "kill node 3")
 		t0 = time.Now()
 	}
@@ -58,6 +68,9 @@ func progNodeDown(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	if g := w.GetFailed().Members(); g[0] < nodeDownFirst || g[len(g)-1] >= n || len(g) != dead {
 		failf("GetFailed names %v, want ranks %d to %d", g, nodeDownFirst, n-1)
+	}
+	for r := nodeDownFirst; r < n; r++ {
+		fmt.Fprintf(os.Stderr, "rank %d: %v\n", me, ep.Failure(r))
 	}
 	if me == 1 {
 		must(w.Send(ctx, nil, 0, tagKnew), "tell rank 0")
@@ -82,7 +95,7 @@ func TestHostNodeDown(t *testing.T) {
 	nodeCmd := `if [ $RXEVM_NODE = 2 ]; then RANK=1 ` + self + `; echo $? >$RXEVM_SHARED/exit.2; ` +
 		`else for r in 2 3 4 5; do RANK=$r ` + self + ` & done; wait; fi`
 	env := []string{progs.Env + "=nodedown", "WORLD_SIZE=6", "MASTER_ADDR=" + vm.NodeAddr(1), "MASTER_PORT=29500",
-		"RIVET_JOB_SECRET=nodedown-test", "RIVET_FT_SOURCES=heartbeat"}
+		"RIVET_JOB_SECRET=nodedown-test", "RIVET_FT_SOURCES=heartbeat", "RIVET_VERBS_TIMEOUT=19"}
 	out, errs := testutil.RunCluster(t, 3, nodeCmd, env, "sh", "-c", "RANK=0 exec "+self)
 	if !strings.Contains(out, "rank 0 ok\n") || !strings.Contains(errs, "[node2] rank 1 ok\n") {
 		t.Fatal("the survivors did not recover")

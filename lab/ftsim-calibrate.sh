@@ -119,7 +119,7 @@ if [ -n "${OUT:-}" ]; then
 	# The platforms not measured now keep their rows.
 	{
 		cat "$csv"
-		[ -f "$keep" ] && awk -F, -v now=" $platforms " 'NR > 1 && index(now, " " $1 " ") == 0' "$keep"
+		if [ -f "$keep" ]; then awk -F, -v now=" $platforms " 'NR > 1 && index(now, " " $1 " ") == 0' "$keep"; fi
 	} | awk -F, 'NR == 1 {print; next} {o = ($1 == "shm") ? 1 : ($1 == "rxe") ? 2 : 3; print o "\t" $0}' |
 		{ IFS= read -r head; echo "$head"; sort -s -t$'\t' -k1,1n | cut -f2-; } >"$keep.new"
 	mv "$keep.new" "$keep"

@@ -92,15 +92,15 @@ func TestCalibration(t *testing.T) {
 		h := math.Sqrt(m["barrier"] / model["barrier"] * m["allreduce"] / model["allreduce"])
 		lat := "—"
 		if m["latency"] > 0 {
-			lat = fmt.Sprintf("%.2f", m["latency"])
+			lat = num(m["latency"])
 		}
 		cell := func(op string) string {
-			return fmt.Sprintf("%.4g, %.4g", m[op], h*model[op])
+			return num(m[op]) + ", " + num(h*model[op])
 		}
 		predicted := func(op string) string {
-			return fmt.Sprintf("%.4g, %.4g, **%.2f**", m[op], h*model[op], m[op]/(h*model[op]))
+			return fmt.Sprintf("%s, %s, **%.2f**", num(m[op]), num(h*model[op]), m[op]/(h*model[op]))
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %.3g | %s | %s | %s | %s |\n", k.platform, k.ranks, lat, h,
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", k.platform, k.ranks, lat, num(h),
 			cell("barrier"), cell("allreduce"), predicted("iagree"), predicted("revoke"))
 	}
 	t.Logf("µs; model: L = 0.4h, o = 0.3h, g = 0.1h, no jitter\n%s", b.String())
@@ -117,4 +117,16 @@ func calibrationModel(ppn int, h time.Duration) Model {
 	m.ByteNode, m.ByteNet = 0, 0
 	m.Jitter = 0
 	return m
+}
+
+// num prints a time in µs with three significant digits or so, never in
+// exponent form.
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
 }
