@@ -1,6 +1,7 @@
 package ftsim
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -114,48 +115,46 @@ func TestReplay(t *testing.T) {
 // the run says so. So is a partition without the quorum rule, and a
 // node down with nobody asking it whether it is there.
 func TestCheckerCatches(t *testing.T) {
+	// holds runs sc and fails unless it keeps every promise; breaks, unless
+	// it breaks one.
+	holds := func(sc Scenario) {
+		t.Helper()
+		if err := Run(sc, 1).Err(sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	breaks := func(sc Scenario, what string) {
+		t.Helper()
+		r := Run(sc, 1)
+		if len(r.Violations) == 0 {
+			t.Fatalf("%s, and no promise was broken: %+v", what, r)
+		}
+		t.Logf("as it should: %v", r.Err(sc))
+	}
 	m := Cluster()
 	m.PPN = 1
 	sc := Scenario{Protocol: Agree, N: 8, Model: m, Faults: []Fault{{Rank: 3, Kind: Slow, At: 0, For: 2 * m.Detector.Unconfirmed}}}
-	r := Run(sc, 1)
-	if len(r.Violations) == 0 {
-		t.Fatalf("a process not run for %v, twice Unconfirmed, was not convicted: %+v", 2*m.Detector.Unconfirmed, r)
-	}
-	t.Logf("as it should: %v", r.Err(sc))
+	breaks(sc, fmt.Sprintf("a process not run for %v, twice Unconfirmed", 2*m.Detector.Unconfirmed))
 	// Within the assumptions, the same process is never convicted.
 	sc.Faults[0].For = m.Detector.Unconfirmed / 2
-	if err := Run(sc, 1).Err(sc); err != nil {
-		t.Fatal(err)
-	}
+	holds(sc)
 	// A partition that never heals, 3 nodes of 8 cut off: with the
 	// quorum rule the 3 end themselves; without it both sides go on, each
 	// holding the other failed — two jobs — and the run says so.
 	m.PPN = 2
 	cut := Scenario{Protocol: Agree, N: 16, Model: m, Faults: []Fault{{Rank: 4, Kind: Partition, Nodes: 3, At: 0, For: time.Hour}}}
-	if err := Run(cut, 1).Err(cut); err != nil {
-		t.Fatal(err)
-	}
+	holds(cut)
 	cut.NoQuorum = true
-	r = Run(cut, 1)
-	if len(r.Violations) == 0 {
-		t.Fatalf("a partition without the quorum rule left no two sides: %+v", r)
-	}
-	t.Logf("as it should: %v", r.Err(cut))
+	breaks(cut, "a partition without the quorum rule")
 	// A node of 4 down while an agreement runs: without asking the node,
 	// its processes the observer across had not connected to are never
 	// read, never refused and never convicted, and the agreement waits
 	// for them — the gap the node's question closes.
 	m.PPN = 4
 	down := Scenario{Protocol: Agree, N: 16, Model: m, Faults: []Fault{{Rank: 5, Kind: Node}}}
-	if err := Run(down, 1).Err(down); err != nil {
-		t.Fatal(err)
-	}
+	holds(down)
 	down.NoNodeProbe = true
-	r = Run(down, 1)
-	if len(r.Violations) == 0 {
-		t.Fatalf("a node down with nobody asking it: every process known and the agreement over: %+v", r)
-	}
-	t.Logf("as it should: %v", r.Err(down))
+	breaks(down, "a node down with nobody asking it")
 }
 
 // TestReference: the reference collectives finish everywhere in the
