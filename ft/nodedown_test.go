@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,10 +21,11 @@ import (
 // a connection to a dead node is neither made nor refused, and no read of
 // it is answered. The observer asks the node itself (ulfm.NodeProbe) and
 // convicts all of it at once. The heartbeat is the only failure source,
-// and the transport's retries are set to run out after some 15 s (a
-// 2.1 s timeout): a send to a dead process over a connection made
-// before — the failure notices go to a few neighbours each — fails it
-// only then, well after the node's question.
+// and the transport's retries never run out within the test (a timeout
+// of 2.4 hours): otherwise a send to a dead process over a connection
+// made before — the failure notices go to a few neighbours each — would
+// fail it too, and the test would not tell the question's work from the
+// transport's.
 
 func init() { progs.Add("nodedown", progNodeDown) }
 
@@ -88,25 +88,30 @@ func progNodeDown(ctx context.Context, ep *fabric.Endpoint) error {
 }
 
 // TestHostNodeDown kills a node of four processes, watched with the
-// heartbeat alone: every survivor learns of all four within the time of
-// a conviction and one question to the node, and they agree and shrink.
+// heartbeat alone: every survivor learns of all four, the three the
+// observer had not convicted through the node's question, and they agree
+// and shrink. Without the question, rank 3 (never connected to rank 0)
+// and rank 4 (connected, never read) are never convicted. How long it
+// takes is printed, not bounded: the first conviction waits for a
+// timeout in which the observer's own ticks came on time (the jitter
+// guard), which a loaded host may hold off for seconds.
 func TestHostNodeDown(t *testing.T) {
 	self := testutil.Executable(t)
 	nodeCmd := `if [ $RXEVM_NODE = 2 ]; then RANK=1 ` + self + `; echo $? >$RXEVM_SHARED/exit.2; ` +
 		`else for r in 2 3 4 5; do RANK=$r ` + self + ` & done; wait; fi`
 	env := []string{progs.Env + "=nodedown", "WORLD_SIZE=6", "MASTER_ADDR=" + vm.NodeAddr(1), "MASTER_PORT=29500",
-		"RIVET_JOB_SECRET=nodedown-test", "RIVET_FT_SOURCES=heartbeat", "RIVET_VERBS_TIMEOUT=19"}
+		"RIVET_JOB_SECRET=nodedown-test", "RIVET_FT_SOURCES=heartbeat", "RIVET_VERBS_TIMEOUT=31"}
 	out, errs := testutil.RunCluster(t, 3, nodeCmd, env, "sh", "-c", "RANK=0 exec "+self)
 	if !strings.Contains(out, "rank 0 ok\n") || !strings.Contains(errs, "[node2] rank 1 ok\n") {
 		t.Fatal("the survivors did not recover")
 	}
-	m := regexp.MustCompile(`nodedown: the last survivor knew all 4 failed after (\S+)\n`).FindStringSubmatch(out)
-	if m == nil {
+	if !strings.Contains(out, "nodedown: the last survivor knew all 4 failed after ") {
 		t.Fatal("no detection time")
 	}
-	// The first conviction within TestHostMatrix's bound (2 × timeout +
-	// 2 s), then the node's question: a timeout more.
-	if last, err := time.ParseDuration(m[1]); err != nil || last > 3*clusterTimeout+2*time.Second {
-		t.Errorf("the last survivor knew after %s, want within 3 × %v + 2 s", m[1], clusterTimeout)
+	for r := nodeDownFirst; r < 5; r++ {
+		verdict := fmt.Sprintf("rank 0: rank -1 (world rank %d): fabric: process failed: world rank %d: ft: suspected by the failure detector: its node answered no connection", r, r)
+		if !strings.Contains(errs, verdict) {
+			t.Errorf("rank 0 did not convict world rank %d through its node's question", r)
+		}
 	}
 }
