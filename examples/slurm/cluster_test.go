@@ -122,7 +122,13 @@ func TestInCluster(t *testing.T) {
 	t.Run("node death", func(t *testing.T) {
 		// The step's last node dies (its qemu killed) once every rank is
 		// ready: the survivors learn it from silence alone, shrink and
-		// finish; what srun does then is Slurm's.
+		// finish; what srun does then is Slurm's. It needs every node:
+		// the respawn before killed a task, and a node whose slurmd a
+		// loaded host kept from answering for SlurmdTimeout is down
+		// until it answers again.
+		if err := c.WaitIdle(2 * time.Minute); err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		self, _ := os.Executable()

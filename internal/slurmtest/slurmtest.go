@@ -206,7 +206,7 @@ func Start(t testing.TB, o Options) *Cluster {
 			t.Fatal(err)
 		}
 	}
-	if err := c.waitIdle(60 * time.Second); err != nil {
+	if err := c.WaitIdle(60 * time.Second); err != nil {
 		t.Fatalf("%v\n%s", err, c.Logs())
 	}
 	return c
@@ -315,8 +315,11 @@ func (c *Cluster) start(name, prog string, args ...string) error {
 	return nil
 }
 
-// waitIdle waits until sinfo shows every node idle.
-func (c *Cluster) waitIdle(limit time.Duration) error {
+// WaitIdle waits until sinfo shows every node idle — after a step that
+// killed processes, a node may be completing or, if slurmctld lost it
+// for SlurmdTimeout, down for a while — or limit passes; its error then
+// holds sinfo's states and the reasons Slurm gives (sinfo -R).
+func (c *Cluster) WaitIdle(limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var last string
@@ -341,7 +344,10 @@ func (c *Cluster) waitIdle(limit time.Duration) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("slurmtest: the nodes are not idle after %v: %s", limit, last)
+			rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			why, whyErr, _ := c.Run(rctx, nil, "sinfo", "-R")
+			rcancel()
+			return fmt.Errorf("slurmtest: the nodes are not idle after %v: %s\nsinfo -R: %s%s", limit, last, why, whyErr)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
