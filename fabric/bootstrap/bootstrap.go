@@ -4,8 +4,9 @@
 // connection exists: each learns its rank and the job's size, publishes
 // small values (its addresses) and reads everyone's after a fence. Detect
 // finds the launcher the process was started by — PMI-2 or PMI-1 (Hydra,
-// srun --mpi=pmi2, rivetrun), a Slurm step without PMI, torchrun-style
-// variables — or makes a job of one. See docs/bootstrap.md.
+// srun --mpi=pmi2, rivetrun), PMIx (Open MPI's mpirun, prterun,
+// srun --mpi=pmix), a Slurm step without PMI, torchrun-style variables —
+// or makes a job of one. See docs/bootstrap.md.
 package bootstrap
 
 import (
@@ -18,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/rivet-hpc/rivet/internal/pmi"
+	"github.com/rivet-hpc/rivet/internal/pmix"
 )
 
 // Bootstrap is how the processes of a job meet before any fabric
@@ -39,7 +41,7 @@ type Bootstrap interface {
 	// Get reads what rank put under key before the last Fence.
 	Get(ctx context.Context, rank int, key string) ([]byte, error)
 	// Launcher names what started the job, for logs: "pmi-2", "pmi-1",
-	// "slurm", "torchrun", "singleton".
+	// "pmix", "slurm", "torchrun", "singleton".
 	Launcher() string
 	Close() error
 }
@@ -70,14 +72,15 @@ type JobNamer interface {
 
 // Detect finds the job this process belongs to, in this order:
 // PMI-2/PMI-1 over PMI_FD or PMI_PORT (Hydra's mpiexec, srun --mpi=pmi2,
-// rivetrun); a Slurm step without PMI (SLURM_PROCID, SLURM_NTASKS and the
+// rivetrun); PMIx over the server PMIX_SERVER_URI* names (Open MPI's
+// mpirun, prterun, srun --mpi=pmix); a Slurm step without PMI (SLURM_PROCID, SLURM_NTASKS and the
 // step's nodelist: rank 0 hosts the store on the first node);
 // torchrun-style RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
 // meeting at a store that rank 0 hosts and that admits only holders of
 // RIVET_JOB_SECRET; otherwise a singleton job of size 1. A process that a
-// launcher Rivet cannot join started as one of several (Open MPI's
-// mpirun, a PMIx server: ErrForeignLauncher) gets an error instead, never
-// a job of its own.
+// launcher Rivet cannot join started as one of several (MVAPICH's
+// mpirun_rsh, Open MPI's mpirun without its PMIx server:
+// ErrForeignLauncher) gets an error instead, never a job of its own.
 func Detect(ctx context.Context) (Bootstrap, error) {
 	c, err := pmi.FromEnv(ctx)
 	switch {
@@ -89,6 +92,13 @@ func Detect(ctx context.Context) (Bootstrap, error) {
 		return &pmiBootstrap{c: c}, nil
 	case !errors.Is(err, pmi.ErrNoLauncher):
 		return nil, fmt.Errorf("bootstrap: bootstrap over PMI: %w", err)
+	}
+	px, err := pmix.FromEnv(ctx)
+	switch {
+	case err == nil:
+		return &pmixBootstrap{c: px}, nil
+	case !errors.Is(err, pmix.ErrNoServer):
+		return nil, fmt.Errorf("bootstrap: bootstrap over PMIx: %w", err)
 	}
 	if err := Foreign(); err != nil {
 		return nil, err

@@ -24,8 +24,13 @@ var (
 
 	// ErrForeignLauncher is returned by Detect (and Foreign) when the
 	// process was started as one of several by a launcher whose protocol
-	// Rivet does not speak — Open MPI's mpirun, a PMIx server, MVAPICH's
-	// mpirun_rsh: going on alone would run each process as a job of its
-	// own.
+	// Rivet does not speak — MVAPICH's mpirun_rsh, Open MPI's mpirun with
+	// its PMIx server's variables removed: going on alone would run each
+	// process as a job of its own.
 	ErrForeignLauncher = errors.New("bootstrap: started by a launcher Rivet cannot join")
+
+	// ErrInJob is returned by InJob when the process is one of several
+	// another launcher started, so that a job it launched would be one of
+	// several too.
+	ErrInJob = errors.New("bootstrap: this process is one of a job another launcher started")
 )

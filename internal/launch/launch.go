@@ -106,7 +106,7 @@ func Run(ctx context.Context, o Options, argv []string) int {
 		fmt.Fprintln(o.Stderr, "rivetrun: need N ≥ 1 and a program")
 		return 2
 	}
-	if err := bootstrap.Foreign(); err != nil {
+	if err := bootstrap.InJob(); err != nil {
 		// One of several processes another launcher started: each would
 		// launch a job of its own.
 		fmt.Fprintf(o.Stderr, "rivetrun: %v\n", err)
