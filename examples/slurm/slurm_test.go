@@ -52,6 +52,7 @@ type mode struct {
 
 var modes = []mode{
 	{"pmi2", []string{"--mpi=pmi2"}, nil, "pmi-2"},
+	{"pmix", []string{"--mpi=pmix"}, nil, "pmix"},
 	{"none", nil, []string{"RIVET_JOB_SECRET=slurmtest-secret"}, "slurm"},
 }
 

@@ -80,17 +80,19 @@ func localDirs(dir string) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	for _, d := range []string{"munge", "state", "spool", "log", "run"} {
+	for _, d := range []string{"munge", "state", "spool", "log", "run", "tmp"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil && !os.IsExist(err) {
 			return err
 		}
 	}
-	// Each slurmd's spool (SlurmdSpoolDir=…/spool/%n), for the nodes this
-	// may run.
+	// Each slurmd's spool (SlurmdSpoolDir=…/spool/%n) and temporary
+	// directory (TmpFS=…/tmp/%n), for the nodes this may run.
 	for i := 1; i <= 8; i++ {
 		for _, n := range []string{"n", "node"} {
-			if err := os.MkdirAll(filepath.Join(dir, "spool", n+strconv.Itoa(i)), 0o755); err != nil {
-				return err
+			for _, d := range []string{"spool", "tmp"} {
+				if err := os.MkdirAll(filepath.Join(dir, d, n+strconv.Itoa(i)), 0o755); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -220,6 +222,11 @@ func (c *Cluster) config(o Options) string {
 		// A dead node is marked down 10 s after it stops answering.
 		ctld = "node1(192.0.2.1)\nSlurmdPort=" + strconv.Itoa(clusterSlurmdPort) + "\nSlurmdTimeout=10"
 	}
+	// TmpFS is per node because srun --mpi=pmix's server makes its
+	// clients' directory there named for the step alone
+	// (spmix_appdir_UID_JOB.STEP): two slurmd on one host sharing /tmp
+	// collide, and the second fails the launch ("task 1 launch failed:
+	// Unspecified error", its log saying EEXIST).
 	fmt.Fprintf(&b, `# written by internal/slurmtest
 ClusterName=rivet
 SlurmctldHost=`+ctld+`
@@ -243,6 +250,7 @@ KillWait=2
 MinJobAge=600
 StateSaveLocation=%[2]s/state
 SlurmdSpoolDir=%[2]s/spool/%%n
+TmpFS=%[2]s/tmp/%%n
 SlurmctldPidFile=%[2]s/run/slurmctld.pid
 SlurmdPidFile=%[2]s/run/slurmd-%%n.pid
 SlurmctldLogFile=%[2]s/log/slurmctld.log
