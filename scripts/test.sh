@@ -86,7 +86,7 @@ echo "== fuzzing the wire decoders, ${RIVET_FUZZTIME:-300000x} each"
 for target in "FuzzV1 ./internal/pmi" "FuzzV2 ./internal/pmi" "FuzzParseMapping ./internal/pmi" "FuzzParseHostlist ./fabric/bootstrap" \
 	"FuzzRemoteMem ./fabric" "FuzzNotice ./fabric" "FuzzParseGID ./hw" \
 	"FuzzGetVerbs ./fabric/internal/wire" "FuzzReadHello ./fabric/internal/wire" \
-	"FuzzStoreServer ./fabric/bootstrap" "FuzzStoreClient ./fabric/bootstrap"; do
+	"FuzzStoreServer ./fabric/bootstrap" "FuzzStoreClient ./fabric/bootstrap" "FuzzJobData ./internal/pmix"; do
 	set -- $target
 	go test -run '^$' -fuzz "^$1\$" -fuzztime "${RIVET_FUZZTIME:-300000x}" "$2" >/tmp/rivet-fuzz.log 2>&1 ||
 		{ cat /tmp/rivet-fuzz.log; echo "test.sh: $1 failed (the crasher is in $2/testdata/fuzz/$1)" >&2; exit 1; }
