@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -27,5 +28,25 @@ func TestSkeleton(t *testing.T) {
 		if !strings.Contains(out, fmt.Sprintf("[%d] rank", r)) || strings.Count(out, "of 3 survivors: sum 171") != 3 {
 			t.Fatalf("world rank %d:\n%s\n%s", r, out, errs)
 		}
+	}
+}
+
+// TestHostUnderMpirun: the skeleton under Open MPI's mpirun, its ranks met
+// over mpirun's PMIx server. By default mpirun ends the whole job when a
+// process dies (survivors still running are killed; its status is the dead
+// process's); with --enable-recovery it lets the survivors recover and
+// finish, and exits 0.
+func TestHostUnderMpirun(t *testing.T) {
+	out, errs, st := jobtest.Mpirun(t, 4, nil, jobtest.ExampleChild)
+	if st != 0 || strings.Count(out, "of 4 survivors: sum 220") != 4 {
+		t.Fatalf("no failure: status %d\n%s\n%s", st, out, errs)
+	}
+	out, errs, st = jobtest.Mpirun(t, 4, nil, jobtest.ExampleChild, inject.Env+"=2:step4")
+	if st != 128+9 || !regexp.MustCompile(`noticed that process rank 2 with PID [0-9]+ on node .* exited on signal 9`).MatchString(errs+out) {
+		t.Errorf("rank 2 killed, mpirun's default: status %d, want 137 and mpirun's notice\n%s\n%s", st, out, errs)
+	}
+	out, errs, st = jobtest.Mpirun(t, 4, []string{"--enable-recovery"}, jobtest.ExampleChild, inject.Env+"=2:step4")
+	if st != 0 || strings.Count(out, "of 3 survivors: sum 171") != 3 {
+		t.Errorf("rank 2 killed, --enable-recovery: status %d\n%s\n%s", st, out, errs)
 	}
 }

@@ -10,11 +10,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rivet-hpc/rivet/internal/launch"
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 // Job runs this test binary on n ranks through rivetrun's engine — each
@@ -90,4 +93,29 @@ func ExampleMain(m *testing.M, run func(context.Context) error) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// Mpirun runs this test binary on n processes under Open MPI's mpirun
+// (flags before the program), each process with env added, and returns
+// stdout, stderr and mpirun's exit status. It skips the test where Open
+// MPI is not installed, unless RIVET_REQUIRE_TOOLS is set.
+func Mpirun(t testing.TB, n int, flags []string, env ...string) (string, string, int) {
+	t.Helper()
+	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
+	defer cancel()
+	args := append(append([]string{"-n", strconv.Itoa(n), "--oversubscribe"}, flags...), os.Args[0], "-test.run=^$")
+	cmd := exec.CommandContext(ctx, mpirun, args...)
+	cmd.Env = append(append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	st := -1
+	if cmd.ProcessState != nil {
+		st = cmd.ProcessState.ExitCode()
+	} else {
+		fmt.Fprintf(&errb, "jobtest: %v", err)
+	}
+	return out.String(), errb.String(), st
 }
