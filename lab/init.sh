@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Start-up against the number of processes on this node: the osu_init
 # average (ms; fabric.Init, MPI_Init) of one job per launcher and N —
-# Rivet under rivetrun, MPICH's Hydra (mpiexec.hydra) and Slurm (srun
-# --mpi=pmi2, a one-node Slurm of 256 CPUs run by lab/slurminit), beside
+# Rivet under rivetrun, MPICH's Hydra (mpiexec.hydra), Open MPI's mpirun
+# (PMIx) and Slurm (srun --mpi=pmi2 and --mpi=pmix, a one-node Slurm of
+# 256 CPUs run by lab/slurminit), beside
 # Open MPI 4.1 (mpirun, vader) and MPICH 4.0 (Hydra) running OSU's C loop
 # (bench/osu/testdata/osu.c). Oversubscribed as need be, unpinned.
 #
@@ -40,9 +41,9 @@ avg() {
 
 progress "init: Slurm"
 slurm=$(cd lab && INIT_SLURM="${counts[*]}" go test -count=1 -v -timeout 60m -run TestInitUnderSlurm ./slurminit |
-	sed -n 's/.*slurm \([0-9]*\) \([0-9]*\)$/\1 \2/p')
+	sed -n 's/.* \(slurm[a-z]*\) \([0-9]*\) \([0-9]*\)$/\1 \2 \3/p')
 
-printf "%-6s %12s %14s %12s %12s %12s\n" procs rivetrun hydra slurm ompi mpich
+printf "%-6s %12s %14s %12s %12s %12s %12s %12s\n" procs rivetrun hydra mpirun slurm slurmpmix ompi mpich
 for n in "${counts[@]}"; do
 	progress "init: $n processes"
 	r=$(avg "$out/rivetrun" -n "$n" -bind-to none "$out/rivet" bench osu_init)
@@ -51,9 +52,11 @@ for n in "${counts[@]}"; do
 	else
 		h=$(avg mpiexec.hydra -n "$n" "$out/rivet" bench osu_init)
 	fi
-	s=$(awk -v n="$n" '$1 == n {print $2}' <<<"$slurm")
+	p=$(avg mpirun.openmpi -n "$n" --oversubscribe --bind-to none "$out/rivet" bench osu_init)
+	s=$(awk -v n="$n" '$1 == "slurm" && $2 == n {print $3}' <<<"$slurm")
+	sp=$(awk -v n="$n" '$1 == "slurmpmix" && $2 == n {print $3}' <<<"$slurm")
 	o=$(avg mpirun.openmpi -n "$n" --oversubscribe --bind-to none "$out/osu.ompi" init)
 	m=$(avg mpiexec.hydra -n "$n" "$out/osu.mpich" init)
-	printf "%-6d %12s %14s %12s %12s %12s\n" "$n" "$r" "$h" "${s:--}" "$o" "$m"
+	printf "%-6d %12s %14s %12s %12s %12s %12s %12s\n" "$n" "$r" "$h" "$p" "${s:--}" "${sp:--}" "$o" "$m"
 done
 progress_done

@@ -339,30 +339,42 @@ func TestHostBench(t *testing.T) {
 
 // TestHostBenchUnderMpirun: rivet bench started by Open MPI's mpirun runs
 // as one job of mpirun's processes, met over its PMIx server — one table,
-// not one a process; a test that launches its rounds itself (ft_detect)
-// refuses, at every process, to launch inside mpirun's job.
+// not one a process — for the point-to-point, collective and one-sided
+// suites; a test that launches its rounds itself (ft_detect) refuses, at
+// every process, to launch inside mpirun's job.
 func TestHostBenchUnderMpirun(t *testing.T) {
 	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	under := func(args ...string) (string, string, error) {
+	under := func(n int, args ...string) (string, string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, mpirun, append([]string{"-n", "2", "--oversubscribe", self}, args...)...)
+		cmd := exec.CommandContext(ctx, mpirun, append([]string{"-n", fmt.Sprint(n), "--oversubscribe", self}, args...)...)
 		cmd.Env = append(os.Environ(), "RIVET_TEST_AS_MAIN=1", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		err := cmd.Run()
 		return out.String(), errb.String(), err
 	}
-	out, errs, err := under("bench", "osu_latency", "-m", "8:8", "-i", "10")
-	if err != nil || strings.Count(out, "# OSU MPI Latency Test") != 1 || !regexp.MustCompile(`(?m)^8 +[0-9]+\.[0-9]{2}$`).MatchString(out) ||
-		!strings.Contains(out+errs, "2 ranks (pmix)") {
-		t.Errorf("osu_latency under mpirun -n 2: %v\nstdout:\n%s\nstderr:\n%s", err, out, errs)
+	// The suites: point-to-point, a collective, one-sided.
+	for _, tc := range []struct {
+		n           int
+		args        []string
+		header, row string
+	}{
+		{2, []string{"osu_latency", "-m", "8:8", "-i", "10"}, "# OSU MPI Latency Test v7.4\n", "8"},
+		{4, []string{"osu_allreduce", "-m", "8:64", "-i", "100", "-x", "10"}, "# OSU MPI Allreduce Latency Test v7.4\n", "64"},
+		{2, []string{"osu_fop_latency", "-i", "200", "-x", "20"}, "# OSU MPI_Fetch_and_op latency Test v7.4\n", "1"},
+	} {
+		out, errs, err := under(tc.n, append([]string{"bench"}, tc.args...)...)
+		if err != nil || strings.Count(out, tc.header) != 1 || !regexp.MustCompile(`(?m)^`+tc.row+` +[0-9]+\.[0-9]{2}$`).MatchString(out) ||
+			!strings.Contains(out+errs, fmt.Sprintf("%d ranks (pmix)", tc.n)) {
+			t.Errorf("%v under mpirun -n %d: %v\nstdout:\n%s\nstderr:\n%s", tc.args, tc.n, err, out, errs)
+		}
 	}
-	out, errs, err = under("bench", "-np", "2", "ft_detect", "-rounds", "1")
+	out, errs, err := under(2, "bench", "-np", "2", "ft_detect", "-rounds", "1")
 	if err == nil || strings.Contains(out, "Detection") {
 		t.Fatalf("ft_detect under mpirun -n 2: %v\nstdout:\n%s\nstderr:\n%s", err, out, errs)
 	}

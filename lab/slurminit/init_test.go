@@ -17,9 +17,10 @@ import (
 	"github.com/rivet-hpc/rivet/internal/slurmtest"
 )
 
-// TestInitUnderSlurm prints "N MS" for each N in INIT_SLURM (a list of
-// process counts): the osu_init average of `srun --mpi=pmi2 -n N rivet
-// bench osu_init` on a one-node Slurm of 256 CPUs on this host. Without
+// TestInitUnderSlurm prints "slurm N MS" and "slurmpmix N MS" for each N
+// in INIT_SLURM (a list of process counts): the osu_init average of
+// `srun --mpi=pmi2 -n N rivet bench osu_init` and of the same with
+// --mpi=pmix, on a one-node Slurm of 256 CPUs on this host. Without
 // INIT_SLURM it measures nothing: lab/init.sh sets it.
 func TestInitUnderSlurm(t *testing.T) {
 	counts := strings.Fields(os.Getenv("INIT_SLURM"))
@@ -40,13 +41,15 @@ func TestInitUnderSlurm(t *testing.T) {
 	}()
 	avg := regexp.MustCompile(`avg: (\d+) ms`)
 	for _, n := range counts {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		out, errs, st := c.Run(ctx, nil, "srun", "--mpi=pmi2", "-n", n, bin, "bench", "osu_init")
-		cancel()
-		m := avg.FindStringSubmatch(out)
-		if st != 0 || m == nil {
-			t.Fatalf("%s processes: status %d\n%s\n%s\n%s", n, st, out, errs, c.Logs())
+		for _, mpi := range []struct{ flag, name string }{{"--mpi=pmi2", "slurm"}, {"--mpi=pmix", "slurmpmix"}} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			out, errs, st := c.Run(ctx, nil, "srun", mpi.flag, "-n", n, bin, "bench", "osu_init")
+			cancel()
+			m := avg.FindStringSubmatch(out)
+			if st != 0 || m == nil {
+				t.Fatalf("%s processes, %s: status %d\n%s\n%s\n%s", n, mpi.flag, st, out, errs, c.Logs())
+			}
+			t.Logf("%s %s %s", mpi.name, n, m[1])
 		}
-		t.Logf("slurm %s %s", n, m[1])
 	}
 }
