@@ -264,6 +264,28 @@ func TestHostSpawnHydra(t *testing.T) {
 	}
 }
 
+// TestHostSpawnMpirun: the spawn test's program under Open MPI's mpirun,
+// whose PMIx server starts the children as a job of their own
+// (PMIx_Spawn); the universe comes from RIVET_UNIVERSE_SIZE, mpirun's
+// being its slots.
+func TestHostSpawnMpirun(t *testing.T) {
+	mpirun := testutil.LookTool(t, "mpirun.openmpi", "openmpi-bin")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpirun, "-n", "2", "--oversubscribe", os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), progEnv+"=spawn", "RIVET_PROVIDER=shm", UniverseEnv+"=4",
+		"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, out)
+	}
+	for _, want := range []string{"rank 0 ok", "rank 1 ok"} {
+		if n := strings.Count(string(out), want); n != 2 {
+			t.Fatalf("%q %d times, want 2 (a spawner and a child)\n%s", want, n, out)
+		}
+	}
+}
+
 // TestSpawnUnsupported: a launcher that cannot spawn (here a singleton)
 // makes Spawn fail with ErrNotSupported, and bad arguments are refused.
 func TestSpawnUnsupported(t *testing.T) {

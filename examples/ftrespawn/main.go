@@ -190,14 +190,27 @@ func respawn(ctx context.Context, comm *fabric.Comm, st *state, n, me int) (*fab
 			return nil, err
 		}
 		ic, err := s.Spawn(ctx, 0, self, os.Args[1:], len(missing))
-		ok := 1
-		if err != nil {
+		// Bit 0: spawned. Bit 1: worth another round — not if the
+		// launcher cannot spawn or the universe is full (ErrNotSupported),
+		// which no round mends.
+		ok := spawned | again
+		switch {
+		case errors.Is(err, fabric.ErrNotSupported) || errors.Is(err, fabric.ErrInvalid):
 			ok = 0
+		case err != nil:
+			ok = again
 		}
-		if flag, aerr := ft.Agree(ctx, s, ok); aerr != nil || flag == 0 {
+		flag, aerr := ft.Agree(ctx, s, ok)
+		if aerr != nil || flag&spawned == 0 {
 			if ic != nil {
 				ic.Revoke() // the replacements see it and give up
 				ic.Free()
+			}
+			if aerr == nil && flag&again == 0 {
+				if err == nil {
+					err = errors.New("the spawn root could not spawn them")
+				}
+				return nil, fmt.Errorf("no replacement for numbers %v: %w", missing, err)
 			}
 			comm = s
 			continue
@@ -214,6 +227,12 @@ func respawn(ctx context.Context, comm *fabric.Comm, st *state, n, me int) (*fab
 		return nil, err
 	}
 }
+
+// The bits of the survivors' agreement on a spawn.
+const (
+	spawned = 1 << iota
+	again
+)
 
 // errAgain says a recovery must start again from the survivors.
 var errAgain = errors.New("the recovery failed; again")

@@ -73,3 +73,22 @@ func TestRespawn(t *testing.T) {
 		}
 	}
 }
+
+// TestHostUnderMpirun: the example under Open MPI's mpirun, whose PMIx
+// server spawns the replacement (mpirun --enable-recovery keeps the job
+// alive when rank 2 dies): full size again, world rank 4 in rank 2's
+// place, the failure-free checksum.
+func TestHostUnderMpirun(t *testing.T) {
+	_, want := finish(t, "")
+	out, errs, st := jobtest.Mpirun(t, 4, []string{"--enable-recovery"}, jobtest.ExampleChild, fabric.UniverseEnv+"=12", inject.Env+"=2:step4")
+	ranks := map[string]string{}
+	for _, m := range result.FindAllStringSubmatch(out, -1) {
+		if m[3] != want {
+			t.Fatalf("checksum %s, want %s\n%s\n%s", m[3], want, out, errs)
+		}
+		ranks[m[1]] = m[2]
+	}
+	if st != 0 || len(ranks) != 4 || ranks["2"] != "4" || strings.Count(out, "checksum") != 4 {
+		t.Fatalf("status %d; finished by %v, want rank 2 by world rank 4\n%s\n%s", st, ranks, out, errs)
+	}
+}

@@ -165,6 +165,15 @@ func TestSlurm(t *testing.T) {
 			t.Errorf("srun status %d: want 3 processes at full size, world rank 3 the replacement, one checksum\n%s\n%s", st, out, errs)
 		}
 	})
+	t.Run("pmix/respawn", func(t *testing.T) {
+		// Slurm 22.05's PMIx plugin serves no spawn: the survivors' spawn
+		// of a replacement fails at once, saying so, rather than waiting.
+		out, errs, _ := srun(t, modes[1], []string{"FT_EXAMPLE_KILL=2:step4", "RIVET_UNIVERSE_SIZE=8"},
+			"--kill-on-bad-exit=0", "--no-kill", "-l", "-N2", "-n3", "./ftrespawn")
+		if !strings.Contains(errs, "PMIX_ERR_NOT_SUPPORTED") || strings.Contains(out, "checksum") {
+			t.Errorf("want the spawn refused (PMIX_ERR_NOT_SUPPORTED)\n%s\n%s", out, errs)
+		}
+	})
 	t.Run("size mismatch", func(t *testing.T) {
 		// A step of 2 whose tasks were told SLURM_NTASKS=3: a clear error
 		// at once, in both modes.

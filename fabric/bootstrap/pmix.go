@@ -4,8 +4,14 @@ package bootstrap
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -102,3 +108,77 @@ func (b *pmixBootstrap) Close() error {
 	}
 	return nil
 }
+
+// A PMIx spawn has no key-value space the spawner can write before its
+// children start, so the spawner hands them its namespace and the preput
+// keys in their environment.
+const (
+	pmixSpawnedByEnv = "RIVET_PMIX_SPAWNED_BY"
+	pmixPreputEnv    = "RIVET_PMIX_PREPUT" // base64url of a JSON object
+)
+
+// Spawn implements Spawner: PMIx_Spawn of one application a command. The
+// MPI info keys "wdir" and "host" become the application's working
+// directory and pmix.host; other keys are passed to the server as they
+// are, as strings.
+func (b *pmixBootstrap) Spawn(ctx context.Context, cmds []SpawnCmd, preput map[string]string) (string, error) {
+	pp, err := json.Marshal(preput)
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	env := []string{pmixSpawnedByEnv + "=" + b.c.Nspace(), pmixPreputEnv + "=" + base64.RawURLEncoding.EncodeToString(pp)}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: spawn: %w", err)
+	}
+	apps := make([]pmix.App, len(cmds))
+	for i, c := range cmds {
+		a := pmix.App{Cmd: c.Path, Argv: append([]string{filepath.Base(c.Path)}, c.Args...), Env: env, Cwd: cwd, MaxProcs: c.N}
+		for _, k := range slices.Sorted(maps.Keys(c.Info)) {
+			switch v := c.Info[k]; k {
+			case "wdir":
+				a.Cwd = v
+			case "host":
+				a.Info = append(a.Info, pmix.Info{Key: "pmix.host", Value: pmix.Value{Type: pmix.String, V: v}})
+			default:
+				a.Info = append(a.Info, pmix.Info{Key: k, Value: pmix.Value{Type: pmix.String, V: v}})
+			}
+		}
+		apps[i] = a
+	}
+	ns, err := b.c.Spawn(ctx, nil, apps)
+	var se *pmix.StatusError
+	switch {
+	case errors.As(err, &se) && se.Status == pmix.StatusNotSupported:
+		// Slurm 22.05's PMIx plugin, for one, serves no spawn.
+		return "", fmt.Errorf("%w: %w", ErrNoSpawn, err)
+	case err != nil:
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	return ns, nil
+}
+
+// SpawnedBy implements Spawner: the spawner's namespace, from the
+// environment its spawn gave.
+func (b *pmixBootstrap) SpawnedBy() string { return os.Getenv(pmixSpawnedByEnv) }
+
+// Preput implements Spawner, reading the keys the spawner passed in the
+// environment.
+func (b *pmixBootstrap) Preput(_ context.Context, key string) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(os.Getenv(pmixPreputEnv))
+	var pp map[string]string
+	if err == nil && len(raw) > 0 {
+		err = json.Unmarshal(raw, &pp)
+	}
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %s is malformed: %w", pmixPreputEnv, err)
+	}
+	v, ok := pp[key]
+	if !ok {
+		return "", fmt.Errorf("bootstrap: the spawning job put nothing under %q: %w", key, ErrNotFound)
+	}
+	return v, nil
+}
+
+// UniverseSize implements Spawner: the server's pmix.univ.size.
+func (b *pmixBootstrap) UniverseSize(context.Context) int { return b.c.UniverseSize() }

@@ -33,13 +33,15 @@ const scopeGlobal = 3
 
 // Keys of the job data (the standard's attribute names).
 const (
-	KeyJobSize    = "pmix.job.size"
-	KeyHostname   = "pmix.hname"
-	KeyNodeID     = "pmix.nodeid"
-	KeyLocalPeers = "pmix.lpeers"
-	KeyNodeArray  = "pmix.node.arr"
-	keyProcBlob   = "pmix.pblob"
-	keyCollect    = "pmix.collect"
+	KeyJobSize      = "pmix.job.size"
+	KeyHostname     = "pmix.hname"
+	KeyNodeID       = "pmix.nodeid"
+	KeyLocalPeers   = "pmix.lpeers"
+	KeyNodeArray    = "pmix.node.arr"
+	keyProcBlob     = "pmix.pblob"
+	keyUnivSize     = "pmix.univ.size"
+	keySessionArray = "pmix.ssn.arr"
+	keyCollect      = "pmix.collect"
 )
 
 // Client is one process's connection to its PMIx server. Its methods are
@@ -210,6 +212,24 @@ func (cl *Client) Job(key string) (Value, bool) {
 func (cl *Client) Proc(rank int, key string) (Value, bool) {
 	v, ok := cl.procs[uint32(rank)][key]
 	return v, ok
+}
+
+// UniverseSize is the session's size the server gives (pmix.univ.size:
+// the slots the job may grow into), 0 if it gives none.
+func (cl *Client) UniverseSize() int {
+	v, ok := cl.job[keyUnivSize]
+	if !ok {
+		infos, _ := cl.job[keySessionArray].V.([]Info)
+		for _, in := range infos {
+			if in.Key == keyUnivSize {
+				v, ok = in.Value, true
+			}
+		}
+	}
+	if n, isUint := v.Uint(); ok && isUint && n < 1<<31 {
+		return int(n)
+	}
+	return 0
 }
 
 // Nodes returns the node-level arrays of the job data, one a node.

@@ -177,6 +177,7 @@ const (
 	StatusTimeout        = -24
 	StatusUnreach        = -25
 	StatusInvalidCred    = -12
+	StatusNotSupported   = -47
 	StatusLostConnection = -61
 	StatusProcAborted    = -402
 )
@@ -185,7 +186,7 @@ func (e *StatusError) Error() string {
 	name := map[int32]string{
 		-1: "PMIX_ERROR", StatusNotFound: "PMIX_ERR_NOT_FOUND", StatusTimeout: "PMIX_ERR_TIMEOUT",
 		StatusUnreach: "PMIX_ERR_UNREACH", StatusInvalidCred: "PMIX_ERR_INVALID_CRED", -27: "PMIX_ERR_BAD_PARAM",
-		-47: "PMIX_ERR_NOT_SUPPORTED", StatusLostConnection: "PMIX_ERR_LOST_CONNECTION",
+		StatusNotSupported: "PMIX_ERR_NOT_SUPPORTED", StatusLostConnection: "PMIX_ERR_LOST_CONNECTION",
 		-52: "PMIX_ERR_PARTIAL_SUCCESS", StatusProcAborted: "PMIX_ERR_PROC_ABORTED",
 	}[e.Status]
 	if name == "" {

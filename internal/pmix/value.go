@@ -34,7 +34,7 @@ const (
 	Status            DataType = 20
 	ValueType         DataType = 21
 	ProcType          DataType = 22
-	App               DataType = 23
+	AppType           DataType = 23
 	InfoType          DataType = 24
 	Pdata             DataType = 25
 	Buffer            DataType = 26
@@ -267,7 +267,7 @@ func (d *decoder) value(t DataType) Value {
 		}
 		v.V = r
 	default:
-		// App, Query and Topo carry what a Rivet process never asks for
+		// AppType, Query and Topo carry what a Rivet process never asks for
 		// (Topo's packing even depends on the server's hwloc version).
 		d.fail("a value of data type %d, which this client does not decode", t)
 	}
