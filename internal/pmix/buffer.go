@@ -45,6 +45,15 @@ func (e *encoder) proc(nspace string, rank uint32) {
 	e.uvarint(uint64(rank))
 }
 
+// newRequest starts a request's payload: its command, a top-level pack of
+// one byte.
+func newRequest(cmd byte) *encoder {
+	e := &encoder{}
+	e.count(1)
+	e.u8(cmd)
+	return e
+}
+
 // count opens a top-level pack (PMIx_Data_pack, the server's
 // PMIX_BFROPS_PACK): the number of values that follow, as an int32.
 func (e *encoder) count(n int) { e.varint(int64(n)) }

@@ -110,9 +110,7 @@ func Connect(ctx context.Context, c net.Conn, me Proc, security string) (*Client
 		return nil, ioErr(ctx, "handshake", err)
 	}
 	cl := &Client{c: c, me: me, pindex: pindex, tag: firstTag}
-	var e encoder
-	e.count(1)
-	e.u8(cmdReq)
+	e := newRequest(cmdReq)
 	p, err := cl.roundTrip(ctx, "job data request", e.b)
 	if err != nil {
 		return nil, err
@@ -263,9 +261,7 @@ func (cl *Client) Commit(ctx context.Context) error {
 			return err
 		}
 	}
-	var e encoder
-	e.count(1)
-	e.u8(cmdCommit)
+	e := newRequest(cmdCommit)
 	e.count(1)
 	e.u8(scopeGlobal)
 	e.count(1)
@@ -283,9 +279,7 @@ func (cl *Client) Commit(ctx context.Context) error {
 func (cl *Client) Fence(ctx context.Context) error {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	var e encoder
-	e.count(1)
-	e.u8(cmdFence)
+	e := newRequest(cmdFence)
 	e.count(1)
 	e.uvarint(1) // one proc: the whole job
 	e.count(1)
@@ -331,9 +325,7 @@ func (cl *Client) Get(ctx context.Context, rank int, key string) ([]byte, error)
 
 // fetch asks the server for rank's committed data and caches it.
 func (cl *Client) fetch(ctx context.Context, rank uint32, key string) error {
-	var e encoder
-	e.count(1)
-	e.u8(cmdGet)
+	e := newRequest(cmdGet)
 	e.count(1)
 	e.str(cl.me.Nspace)
 	e.count(1)
@@ -393,9 +385,7 @@ func (cl *Client) fetch(ctx context.Context, rank uint32, key string) error {
 func (cl *Client) Finalize(ctx context.Context) error {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	var e encoder
-	e.count(1)
-	e.u8(cmdFinalize)
+	e := newRequest(cmdFinalize)
 	err := cl.request(ctx, "finalize", e.b)
 	if cerr := cl.c.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("pmix: %w", cerr)

@@ -50,9 +50,7 @@ func (e *encoder) app(a App) error {
 // whole job, and returns the new job's namespace. The server answers once
 // the job is started, or with the status of its failure.
 func (cl *Client) Spawn(ctx context.Context, jobInfo []Info, apps []App) (string, error) {
-	var e encoder
-	e.count(1)
-	e.u8(cmdSpawn)
+	e := newRequest(cmdSpawn)
 	e.count(1)
 	e.uvarint(uint64(len(jobInfo)))
 	if len(jobInfo) > 0 {
