@@ -73,8 +73,9 @@ type JobNamer interface {
 // Detect finds the job this process belongs to, in this order:
 // PMI-2/PMI-1 over PMI_FD or PMI_PORT (Hydra's mpiexec, srun --mpi=pmi2,
 // rivetrun); PMIx over the server PMIX_SERVER_URI* names (Open MPI's
-// mpirun, prterun, srun --mpi=pmix); a Slurm step without PMI (SLURM_PROCID, SLURM_NTASKS and the
-// step's nodelist: rank 0 hosts the store on the first node);
+// mpirun, prterun, srun --mpi=pmix); a Slurm step without PMI
+// (SLURM_PROCID, SLURM_NTASKS and the step's nodelist: rank 0 hosts the
+// store on the first node);
 // torchrun-style RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
 // meeting at a store that rank 0 hosts and that admits only holders of
 // RIVET_JOB_SECRET; otherwise a singleton job of size 1. A process that a
@@ -96,6 +97,10 @@ func Detect(ctx context.Context) (Bootstrap, error) {
 	px, err := pmix.FromEnv(ctx)
 	switch {
 	case err == nil:
+		if err := checkSlurmPMIx(px); err != nil {
+			px.Finalize(ctx)
+			return nil, err
+		}
 		return &pmixBootstrap{c: px}, nil
 	case !errors.Is(err, pmix.ErrNoServer):
 		return nil, fmt.Errorf("bootstrap: bootstrap over PMIx: %w", err)

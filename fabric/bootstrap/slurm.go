@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rivet-hpc/rivet/internal/pmi"
+	"github.com/rivet-hpc/rivet/internal/pmix"
 )
 
 // A Slurm step started without PMI (srun --mpi=none) still says who is
@@ -79,12 +80,28 @@ func checkSlurmPMI(c *pmi.Client) error {
 	if !slurmServesPMI(c.JobID()) {
 		return nil
 	}
-	rank, size, err := slurmStep()
+	return checkSlurmStep("PMI", c.Rank(), c.Size())
+}
+
+// checkSlurmPMIx is checkSlurmPMI for srun --mpi=pmix, whose plugin names
+// the job "slurm.pmix.JOBID.STEPID".
+func checkSlurmPMIx(c *pmix.Client) error {
+	j, s := os.Getenv("SLURM_JOB_ID"), os.Getenv("SLURM_STEP_ID")
+	if j == "" || s == "" || c.Nspace() != "slurm.pmix."+j+"."+s {
+		return nil
+	}
+	return checkSlurmStep("PMIx", c.Rank(), c.Size())
+}
+
+// checkSlurmStep checks that srun's server (PMI or PMIx) and the step's
+// environment agree on rank and size.
+func checkSlurmStep(server string, rank, size int) error {
+	r, n, err := slurmStep()
 	if err != nil {
 		return err
 	}
-	if rank != c.Rank() || size != c.Size() {
-		return fmt.Errorf("bootstrap: srun's PMI server says rank %d of %d, but the step's environment says rank %d of %d (SLURM_PROCID, SLURM_STEP_NUM_TASKS)", c.Rank(), c.Size(), rank, size)
+	if r != rank || n != size {
+		return fmt.Errorf("bootstrap: srun's %s server says rank %d of %d, but the step's environment says rank %d of %d (SLURM_PROCID, SLURM_STEP_NUM_TASKS)", server, rank, size, r, n)
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ var rank = map[string]int{
 	"hw/netfault":        4,
 	"verbs":              4,
 	"internal/pmi":       4,
+	"internal/pmix":      1, // needs only the standard library
 	"internal/sysmon":    4,
 	// The fabric: how processes meet, its formats, its providers, then
 	// the package that joins them.
@@ -58,7 +59,7 @@ var rank = map[string]int{
 	"examples/*":               12,
 	// Test helpers: no package's own code may import them.
 	"internal/testutil":  testsOnly,
-	"internal/jobtest":   testsOnly,
+	"internal/jobtest":   testsOnly + 1, // gates on testutil
 	"internal/slurmtest": testsOnly + 1, // gates on testutil
 	"internal/layers":    testsOnly,
 }
