@@ -18,9 +18,14 @@ repo=$(pwd)
 out=$(mktemp -d /tmp/rivet-fresh.XXXXXX)
 pids=()
 second=
+secondpg=
 cleanup() {
 	((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null
-	# The second job's test binaries and ranks run from its directory.
+	# The second job runs in a process group of its own (setsid): its go
+	# command, whose command line names no directory, would outlive a
+	# kill of the subshell and load the next run too. Its test binaries
+	# and ranks run from its directory.
+	[ -n "${secondpg:-}" ] && kill -- -"$secondpg" 2>/dev/null
 	[ -n "${second:-}" ] && pkill -f "$second/" 2>/dev/null
 	wait 2>/dev/null || true
 }
@@ -52,8 +57,8 @@ for ((i = 1; i <= runs; i++)); do
 		second=$out/second$i
 		mkdir -p "$second"
 		fresh "$second"
-		(inclone "$second" nice -n 19 go test -count=1 ./... >"$second/log" 2>&1 || true) &
-		pids+=($!)
+		setsid bash -c 'cd "$1/src" && GOCACHE=$1/gocache GOMODCACHE=$1/gomodcache GOTMPDIR=$1/gotmp nice -n 19 go test -count=1 ./... >"$1/log" 2>&1' _ "$second" &
+		secondpg=$!
 	fi
 	t0=$SECONDS
 	if inclone "$run" bash scripts/test.sh >"$run/log" 2>&1; then
