@@ -85,11 +85,12 @@ const (
 
 // Value is a typed PMIx value. V holds, by Type: bool (Bool); uint8 (the
 // one-byte types: Byte, Int8, Uint8, Scope, Command, the states…); int64
-// (the signed integers, Status); uint64 (the unsigned integers, Size, PID, ProcRank, DataType…);
-// float64 (Float, Double); string (String, Regex, ProcCPUSet); []byte
-// (ByteObject, Buffer, the compressed types); Proc; []Info (a DataArray of
-// Info); []Value (any other DataArray); [2]int64 (Timeval: seconds,
-// microseconds); and a value of its own type for the rest.
+// (the signed integers, Status); uint64 (the unsigned integers, Size,
+// PID, ProcRank, DataType…); float64 (Float, Double); string (String,
+// Regex, ProcCPUSet); []byte (ByteObject, Buffer, the compressed types);
+// Proc; []Info (a DataArray of Info); []Value (any other DataArray);
+// [2]int64 (Timeval: seconds, microseconds); and a value of its own type
+// for the rest.
 type Value struct {
 	Type DataType
 	V    any
