@@ -19,14 +19,23 @@ out=$(mktemp -d /tmp/rivet-fresh.XXXXXX)
 pids=()
 second=
 secondpg=
+# cleanup ends the run's load. Each step may find nothing to end (the
+# second job often ends first): none may fail, or set -e would end the
+# series itself, silently, after a passing run.
 cleanup() {
-	((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null
+	if ((${#pids[@]})); then
+		kill "${pids[@]}" 2>/dev/null || true
+	fi
 	# The second job runs in a process group of its own (setsid): its go
 	# command, whose command line names no directory, would outlive a
 	# kill of the subshell and load the next run too. Its test binaries
 	# and ranks run from its directory.
-	[ -n "${secondpg:-}" ] && kill -- -"$secondpg" 2>/dev/null
-	[ -n "${second:-}" ] && pkill -f "$second/" 2>/dev/null
+	if [ -n "${secondpg:-}" ]; then
+		kill -- -"$secondpg" 2>/dev/null || true
+	fi
+	if [ -n "${second:-}" ]; then
+		pkill -f "$second/" 2>/dev/null || true
+	fi
 	wait 2>/dev/null || true
 }
 trap cleanup EXIT
