@@ -90,7 +90,8 @@ lat() {
 bw() {
 	case $1 in
 	rivet) rivet osu_bw -m 1048576:1048576 -i 10 -x 2 | row >>"$w/rb" ;;
-	raw) perf write_bw 1048576 500 4 >>"$w/pb" ;; # BW average (MB/s)
+	# BW average: perftest's (and rivet perf's) MB/sec is MiB/s, OSU's MB/s is 10^6 bytes
+	raw) perf write_bw 1048576 500 4 | awk '{printf "%.2f\n", $1 * 1.048576}' >>"$w/pb" ;;
 	ompi) ompi bw -m 1048576:1048576 -i 10 -x 2 | row >>"$w/ob" ;;
 	esac
 }

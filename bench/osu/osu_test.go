@@ -214,6 +214,7 @@ func TestHostRunsLikeOpenMPIComparator(t *testing.T) {
 		{"osu_latency", "latency", "-m 4096 -i 200 -x 20"},
 		{"osu_latency", "latency", "-m 64 -i 200 -x 20 --percentiles"},
 		{"osu_bw", "bw", "-m 65536 -i 10 -x 2 -W 8"},
+		{"osu_bibw", "bibw", "-m 65536 -i 10 -x 2 -W 8"},
 	} {
 		got := run(t, []string{progEnv + "=" + tc.rivet, "RIVET_OSU_TEST_ARGS=" + tc.args}, os.Args[0], "-test.run=^$")
 		if strings.Count(got, "\n") < 10 {

@@ -138,6 +138,9 @@ func run(argv []string) int {
 	if *verbose {
 		fmt.Fprintf(os.Stderr, "rxevm: kernel %s, accel %s, guest boot %v, total %v\n",
 			res.Kernel, res.Accel, res.Boot.Round(time.Millisecond), res.Total.Round(time.Millisecond))
+		if topo.Nodes() > 1 {
+			fmt.Fprintf(os.Stderr, "rxevm: the switch dropped %d frames at full nodes\n", res.Dropped)
+		}
 	}
 	switch {
 	case errors.Is(err, vm.ErrTimeout):

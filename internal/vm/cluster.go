@@ -184,6 +184,7 @@ func bootCluster(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel,
 		<-n.done
 	}
 	copies.Wait()
+	res.Dropped = sw.dropped.Load()
 
 	st, stErr := readStatus(shares[0])
 	switch {

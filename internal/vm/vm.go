@@ -154,6 +154,7 @@ type Result struct {
 	Kernel   string         // the kernel version booted
 	Boot     time.Duration  // the guest kernel's uptime when the agent started: boot time as the guest counts it
 	Total    time.Duration  // the whole run, as the host saw it
+	Dropped  uint64         // in a cluster, frames its switch dropped at a full (or absent) node
 }
 
 // Status is the exit status a shell would report: the exit code, or

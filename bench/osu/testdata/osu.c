@@ -1,12 +1,13 @@
 /*
- * The comparator for Rivet's shared-memory numbers: the loops of
- * osu_latency, osu_bw, osu_allreduce and osu_barrier — same counts and
- * output format as Rivet's bench/osu — written against MPI and built with
- * Debian's Open MPI (mpicc.openmpi). lab/shm-vs-ompi.sh and
- * lab/coll-vs-ompi.sh run it beside Rivet.
+ * The comparator for Rivet's point-to-point and collective numbers: the
+ * loops of osu_latency, osu_bw, osu_bibw, osu_allreduce and osu_barrier —
+ * same counts and output format as Rivet's bench/osu — written against
+ * MPI and built with Debian's Open MPI (mpicc.openmpi). lab/shm-vs-ompi.sh,
+ * lab/coll-vs-ompi.sh, lab/fabric-on-rxe.sh and lab/cross-node.sh run it
+ * beside Rivet.
  *
- *   osu latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW]
- *       [--percentiles]
+ *   osu latency|bw|bibw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP]
+ *       [-W WINDOW] [--percentiles]
  *   osu init
  *
  * init is osu_init: how long MPI_Init took in each process, its minimum,
@@ -85,12 +86,14 @@ static void run_latency(int rank, char *s, char *r, int min, int max, int iters,
     free(each);
 }
 
-static void run_bw(int rank, char *s, char *r, int min, int max, int iters, int warm, int iters_large, int warm_large, int window)
+static void run_bw(int rank, char *s, char *r, int min, int max, int iters, int warm, int iters_large, int warm_large, int window,
+                   int bi)
 {
-    MPI_Request *reqs = malloc(sizeof(MPI_Request) * window);
+    MPI_Request *reqs = malloc(sizeof(MPI_Request) * 2 * window);
     char ack[4];
     if (rank == 0)
-        printf("\n# OSU MPI Bandwidth Test v7.4\n# Datatype: MPI_CHAR.\n%-10s%18s\n", "# Size", "Bandwidth (MB/s)");
+        printf("\n# OSU MPI %s Test v7.4\n# Datatype: MPI_CHAR.\n%-10s%18s\n", bi ? "Bi-Directional Bandwidth" : "Bandwidth",
+               "# Size", "Bandwidth (MB/s)");
     for (int size = 1; size <= max; size *= 2) {
         if (size < min)
             continue;
@@ -100,7 +103,15 @@ static void run_bw(int rank, char *s, char *r, int min, int max, int iters, int 
         for (int i = 0; i < n + w; i++) {
             if (i == w)
                 t0 = MPI_Wtime();
-            if (rank == 0) {
+            if (bi) { /* osu_bibw: both send a window at once, no acknowledgement */
+                if (rank < 2) {
+                    for (int j = 0; j < window; j++)
+                        MPI_Irecv(r, size, MPI_CHAR, 1 - rank, 10, MPI_COMM_WORLD, &reqs[j]);
+                    for (int j = 0; j < window; j++)
+                        MPI_Isend(s, size, MPI_CHAR, 1 - rank, 10, MPI_COMM_WORLD, &reqs[window + j]);
+                    MPI_Waitall(2 * window, reqs, MPI_STATUSES_IGNORE);
+                }
+            } else if (rank == 0) {
                 for (int j = 0; j < window; j++)
                     MPI_Isend(s, size, MPI_CHAR, 1, 100, MPI_COMM_WORLD, &reqs[j]);
                 MPI_Waitall(window, reqs, MPI_STATUSES_IGNORE);
@@ -114,7 +125,7 @@ static void run_bw(int rank, char *s, char *r, int min, int max, int iters, int 
         }
         double t = MPI_Wtime() - t0;
         if (rank == 0)
-            printf("%-10d%18.2f\n", size, size / 1e6 * n * window / t);
+            printf("%-10d%18.2f\n", size, size / 1e6 * n * window * (bi ? 2 : 1) / t);
         fflush(stdout);
     }
     free(reqs);
@@ -185,10 +196,10 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
-    int pt2pt = !strcmp(test, "latency") || !strcmp(test, "bw");
+    int pt2pt = !strcmp(test, "latency") || !strcmp(test, "bw") || !strcmp(test, "bibw");
     if (nprocs < 2 || !(pt2pt || !strcmp(test, "allreduce") || !strcmp(test, "barrier"))) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -n N %s latency|bw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW] [--percentiles] | init\n", argv[0]);
+            fprintf(stderr, "usage: mpirun -n N %s latency|bw|bibw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP] [-W WINDOW] [--percentiles] | init\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
@@ -219,9 +230,9 @@ int main(int argc, char **argv)
     if (!strcmp(test, "latency"))
         run_latency(rank, s, r, min, max, iters > 0 ? iters : 10000, warm >= 0 ? warm : 100,
                     iters > 0 ? iters : 1000, warm >= 0 ? warm : 10, pct);
-    else if (!strcmp(test, "bw"))
+    else if (!strcmp(test, "bw") || !strcmp(test, "bibw"))
         run_bw(rank, s, r, min, max, iters > 0 ? iters : 100, warm >= 0 ? warm : 10,
-               iters > 0 ? iters : 20, warm >= 0 ? warm : 2, window);
+               iters > 0 ? iters : 20, warm >= 0 ? warm : 2, window, !strcmp(test, "bibw"));
     else
         run_collective(rank, nprocs, !strcmp(test, "allreduce"), s, r, min, max, iters, warm);
     free(s);
