@@ -36,6 +36,7 @@
 # BUDGET bytes (default 4 MB) at the largest size of each band; the raw
 # streams move as many messages as the OSU loop times.
 set -euo pipefail
+[ -z "${TRACE:-}" ] || set -x
 cd "$(dirname "$0")/.."
 . lab/stats.sh
 rounds=${ROUNDS:-5}
@@ -62,14 +63,14 @@ if [ "${1:-}" != --in-vm ]; then
 	"$out/rxevm" -q -v -topology cluster:2 -timeout "${TIMEOUT:-120m}" \
 		-node-cmd "exec $out/rexec -listen 192.0.2.2:7022" \
 		-- env BIN="$out" ROUNDS="$rounds" TESTS="$tests" SIZES="$sizes" BUDGET="$budget" RESULTS="${RESULTS:+1}" \
-		WHY="${WHY:-}" PSIZE="${PSIZE:-}" PERF="${PERF:-}" \
-		bash "$0" --in-vm >"$out/vm"
+		WHY="${WHY:-}" PSIZE="${PSIZE:-}" PERF="${PERF:-}" TRACE="${TRACE:-}" \
+		bash "$0" --in-vm >"$out/vm" || status=$?
 	if [ -n "${RESULTS:-}" ]; then # the VM's files come out on its stdout
 		awk -v d="$RESULTS" '/^=== FILE /{f = d "/" $3; printf "" >f; next} f {print >>f; next} {print}' "$out/vm"
 	else
 		sed '/^=== FILE /,$d' "$out/vm"
 	fi
-	exit
+	exit "${status:-0}"
 fi
 
 . lab/rxe-gid.sh
@@ -78,24 +79,19 @@ node2=192.0.2.2
 w=$(mktemp -d)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 on2() { "$BIN/rexec" $node2 "$@"; }
-for ((i = 0; i < 600; i++)); do # node 2 may still be booting
-	on2 true 2>/dev/null && break
-	sleep 0.2
-done
-on2 true
+"$BIN/rexec" -w 3m $node2 true # node 2 may still be booting
 
 # The sizes in bands that share their counts: OSU's window of 64 up to
 # 8 KiB, 16 up to 256 KiB, 4 above; the iterations such that the band's
 # largest size moves about BUDGET bytes (at least 2).
 band() { # band B: band B's sizes (of SIZES)
-	local s
+	local s b
 	for s in $sizes; do
-		case $1 in
-		1) ((s <= 8192)) && echo $s ;;
-		2) ((s > 8192 && s <= 262144)) && echo $s ;;
-		3) ((s > 262144)) && echo $s ;;
-		esac
-	done | tr '\n' ' '
+		b=1
+		((s > 8192)) && b=2
+		((s > 262144)) && b=3
+		if ((b == $1)); then printf '%d ' $s; fi
+	done
 }
 counts() { # counts B: "-W window -i iterations -x warm-up" for band B
 	local win=(0 64 16 4) top=(0 8192 262144 4194304) it
@@ -124,10 +120,13 @@ rows() {
 	shift
 	local out
 	out=$(grep -E '^[0-9]' || true)
+	local line="# round $((r + 1)): $prog"
 	for s in "$@"; do
 		v=$(awk -v s="$s" '$1 == s {print $2}' <<<"$out" | tail -1)
 		echo "${v:--}" >>"$w/$prog.$s"
+		line+=" $s=${v:--}"
 	done
+	echo "$line" >&2 # as it comes: a run cut short keeps what it measured
 }
 
 # rivet BENCH MIN:MAX ARGS…: rivet bench BENCH as a job of two ranks, rank 1
@@ -138,16 +137,19 @@ rivet() {
 	local b=$1 m=$2
 	shift 2
 	local env="WORLD_SIZE=2 MASTER_ADDR=192.0.2.1 MASTER_PORT=$port RIVET_JOB_SECRET=lab"
-	on2 "RANK=1 $env timeout 1800 $BIN/rivet bench $b -m $m $* >/dev/null 2>&1" &
+	on2 "RANK=1 $env timeout 900 $BIN/rivet bench $b -m $m $* >/dev/null 2>&1" &
 	local rank1=$!
-	env RANK=0 $env timeout 1800 "$BIN/rivet" bench "$b" -m "$m" "$@" 2>/dev/null || true
-	wait $rank1 || true
+	env RANK=0 $env timeout 900 "$BIN/rivet" bench "$b" -m "$m" "$@" 2>/dev/null &
+	local rank0=$!
+	# A rank 1 that could not run leaves rank 0 waiting for it: end it.
+	wait $rank1 || kill $rank0 2>/dev/null || true
+	wait $rank0 || true
 }
 # ompi PROG NAME MIN:MAX ARGS…: the C loop across the nodes; rank 0's output.
 ompi() {
 	local p=$1 n=$2 m=$3
 	shift 3
-	timeout 1800 mpirun.openmpi -n 2 --host node1:1,node2:1 --bind-to none \
+	timeout 900 mpirun.openmpi -n 2 --host node1:1,node2:1 --bind-to none \
 		--mca plm_rsh_agent "$BIN/rexec" --mca oob_tcp_if_include eth0 \
 		--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ucx --mca btl ^openib,uct \
 		-x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=rxe0:1 -x UCX_IB_GID_INDEX="${UCX_GID:-0}" \
@@ -179,6 +181,7 @@ raw() {
 	v=$(pair "$col" "$@")
 	[ -n "$v" ] && v=$(awk -v v="$v" -v k="${SCALE:-1}" 'BEGIN {printf "%.3f", v * k}')
 	echo "${v:--}" >>"$f"
+	echo "# round $((r + 1)): ${f##*/}=${v:--}" >&2
 }
 
 # measure WHAT: one round of WHAT at every size.
@@ -193,12 +196,12 @@ measure() {
 		port=$((port + 1))
 		case $what in
 		bw | bibw)
-			rivet "osu_$what" $m $(counts $b) | rows "rivet_$what" $sz
-			ompi osu "$what" $m $(counts $b) | rows "ompi_$what" $sz
+			rivet "osu_$what" $m $(counts $b) --decimals 4 | rows "rivet_$what" $sz
+			ompi osu "$what" $m $(counts $b) --decimals 4 | rows "ompi_$what" $sz
 			;;
 		put_bw | get_bw)
-			rivet "osu_$what" $m $(counts $b) | rows "rivet_$what" $sz
-			ompi osu_rma "osu_$what" $m $(counts $b) | rows "ompi_$what" $sz
+			rivet "osu_$what" $m $(counts $b) --decimals 4 | rows "rivet_$what" $sz
+			ompi osu_rma "osu_$what" $m $(counts $b) --decimals 4 | rows "ompi_$what" $sz
 			;;
 		latency)
 			rivet osu_latency $m $(lcounts $b) | rows rivet_latency $sz
@@ -304,7 +307,7 @@ ratiocell() { # ratiocell A B: the median of per-round ratios [interval]
 	[ -s "$1" ] && [ -s "$2" ] || { echo "—"; return; }
 	echo "$(ratios "$1" "$2" | median | decimals 3) [$(ratios "$1" "$2" | median_ci)]"
 }
-echo "# across two kernels (rxevm cluster:2), $rounds rounds, $(uname -r), rxe0 MTU $(cat /sys/class/infiniband/rxe0/ports/1/active_mtu 2>/dev/null)"
+echo "# across two kernels (rxevm cluster:2, one TCG vCPU a node), $rounds rounds, kernel $(uname -r)"
 for what in bw bibw put_bw get_bw; do
 	[[ " $tests " == *" $what "* ]] || continue
 	raws=(ib_write_bw perf_write_bw)

@@ -36,6 +36,11 @@ type Options struct {
 	// iteration's one-way latency (half its round trip) to each row. It
 	// reads the clock every iteration, which OSU's loop does not.
 	Percentiles bool
+
+	// Decimals (--decimals, Rivet's own option) is how many decimals each
+	// figure has; OSU prints 2, which leaves a slow link's bandwidth at
+	// small sizes as 0.00. Zero means OSU's 2.
+	Decimals int
 }
 
 // rank0Progress is the progress line of benchmark name on rank 0's
@@ -96,6 +101,7 @@ func (b Benchmark) ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	fs, common := newFlags(b.Name, stderr, true)
 	var win *int
 	var pct *bool
+	decimals := fs.Int("decimals", 2, "`digits` after the decimal point (OSU prints 2; not in OSU)")
 	if b.kind != kindLatency {
 		win = fs.Int("W", 0, "`messages` in flight per iteration (window size)")
 	} else {
@@ -107,6 +113,10 @@ func (b Benchmark) ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	if pct != nil {
 		o.Percentiles = *pct
 	}
+	if *decimals < 1 || *decimals > 9 {
+		return o, fmt.Errorf("%w: --decimals %d: want 1 to 9", ErrUsage, *decimals)
+	}
+	o.Decimals = *decimals
 	if win != nil && *win != 0 {
 		if *win < 1 {
 			return o, fmt.Errorf("%w: -W %d: the window must be at least 1", ErrUsage, *win)
@@ -235,10 +245,13 @@ func (b Benchmark) Header(w io.Writer, o Options) {
 // fieldWidth is the width of OSU 7.4's point-to-point value columns.
 const fieldWidth = 18
 
-func row(w io.Writer, size int, v float64, more ...float64) {
-	fmt.Fprintf(w, "%-*d%*.*f", 10, size, fieldWidth, 2, v)
+func row(w io.Writer, decimals, size int, v float64, more ...float64) {
+	if decimals == 0 {
+		decimals = 2
+	}
+	fmt.Fprintf(w, "%-*d%*.*f", 10, size, fieldWidth, decimals, v)
 	for _, m := range more {
-		fmt.Fprintf(w, "%*.*f", fieldWidth, 2, m)
+		fmt.Fprintf(w, "%*.*f", fieldWidth, decimals, m)
 	}
 	fmt.Fprintln(w)
 }

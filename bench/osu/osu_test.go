@@ -127,10 +127,24 @@ func TestHeaders(t *testing.T) {
 	}
 	buf.Reset()
 	// Two rows of a real OSU 7.4 osu_bw run.
-	row(&buf, 1, 2.32)
-	row(&buf, 4194304, 27161.33)
+	row(&buf, 0, 1, 2.32)
+	row(&buf, 2, 4194304, 27161.33)
 	if want := "1                       2.32\n4194304             27161.33\n"; buf.String() != want {
 		t.Errorf("rows %q, want %q", buf.String(), want)
+	}
+	buf.Reset()
+	row(&buf, 4, 1, 0.0012)
+	if want := "1                     0.0012\n"; buf.String() != want {
+		t.Errorf("a row with 4 decimals: %q, want %q", buf.String(), want)
+	}
+	bw, _ := Lookup("osu_bw")
+	if o, err := bw.ParseArgs([]string{"--decimals", "4"}, io.Discard); err != nil || o.Decimals != 4 {
+		t.Errorf("osu_bw --decimals 4: %+v, %v", o, err)
+	}
+	for _, bad := range []string{"0", "10", "-1"} {
+		if _, err := bw.ParseArgs([]string{"--decimals", bad}, io.Discard); !errors.Is(err, ErrUsage) {
+			t.Errorf("osu_bw --decimals %s: %v, want ErrUsage", bad, err)
+		}
 	}
 }
 

@@ -67,9 +67,9 @@ func (b Benchmark) Run(ctx context.Context, c *fabric.Comm, o Options, w io.Writ
 		}
 		if c.Rank() == 0 {
 			if o.Percentiles && b.kind == kindLatency {
-				row(w, size, v, percentiles(each)...)
+				row(w, o.Decimals, size, v, percentiles(each)...)
 			} else {
-				row(w, size, v)
+				row(w, o.Decimals, size, v)
 			}
 		}
 	}

@@ -51,9 +51,6 @@ type frame struct {
 	b    []byte
 }
 
-// frames recycles frame buffers.
-var frames = sync.Pool{New: func() any { return make([]byte, 0, 2048) }}
-
 func newSwitch(dir string, nodes int) (*vswitch, error) {
 	s := &vswitch{dir: dir, side: make([]int, nodes), done: make(chan struct{})}
 	for i := 1; i <= nodes; i++ {
@@ -109,11 +106,9 @@ func (s *vswitch) forward(from int) {
 				continue
 			}
 			if dst[0]&1 == 1 || bytes.Equal(dst, nodeMAC(to+1)) {
-				b := append(frames.Get().([]byte)[:0], buf[:n]...)
 				select {
-				case s.out[to] <- frame{from, b}:
+				case s.out[to] <- frame{from, append([]byte(nil), buf[:n]...)}:
 				default:
-					frames.Put(b[:0])
 					s.dropped.Add(1)
 				}
 			}
@@ -158,7 +153,6 @@ func (s *vswitch) deliver(to int) {
 			conn.Close()
 			conn = nil
 		}
-		frames.Put(f.b[:0])
 	}
 }
 

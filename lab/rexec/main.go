@@ -6,7 +6,7 @@
 // nodes exist only inside one rxevm run.
 //
 //	rexec -listen :7022            # on the node that runs the commands
-//	rexec [-p PORT] HOST WORD…     # WORDs joined by spaces, run by /bin/sh on HOST
+//	rexec [-p PORT] [-w WAIT] HOST WORD…  # WORDs joined by spaces, run by /bin/sh on HOST
 //
 // The client prints the command's stdout and stderr on its own and exits
 // with its status (128+N when signal N ended it; 255 when the command
@@ -29,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // On the wire: the client sends the command (a big-endian uint32 length,
@@ -46,8 +47,9 @@ const maxCommand = 1 << 20
 func main() {
 	listen := flag.String("listen", "", "serve on `ADDR` (host:port) instead of running a command")
 	port := flag.Int("p", 7022, "the server's `port`")
+	wait := flag.Duration("w", time.Minute, "keep trying to connect for this `long` (a node still booting, an address not yet resolved)")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: rexec -listen ADDR | rexec [-p PORT] HOST COMMAND…\n")
+		fmt.Fprintf(os.Stderr, "usage: rexec -listen ADDR | rexec [-p PORT] [-w WAIT] HOST COMMAND…\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -64,7 +66,7 @@ func main() {
 		flag.Usage()
 		os.Exit(255)
 	}
-	conn, err := net.Dial("tcp", net.JoinHostPort(flag.Arg(0), strconv.Itoa(*port)))
+	conn, err := dial(net.JoinHostPort(flag.Arg(0), strconv.Itoa(*port)), *wait)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rexec:", err)
 		os.Exit(255)
@@ -78,6 +80,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rexec:", err)
 	}
 	os.Exit(status)
+}
+
+// dial connects to addr, trying again until it succeeds or wait has
+// passed: under emulation a node's first ARP answer can take seconds
+// (one launch found "no route to host" and its job waited for it).
+func dial(addr string, wait time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err == nil || time.Now().After(deadline) {
+			return conn, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // run sends command over conn, copies its output to stdout and stderr

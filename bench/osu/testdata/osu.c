@@ -7,7 +7,7 @@
  * beside Rivet.
  *
  *   osu latency|bw|bibw|allreduce|barrier [-m [MIN:]MAX] [-i ITER] [-x WARMUP]
- *       [-W WINDOW] [--percentiles]
+ *       [-W WINDOW] [--percentiles] [--decimals N]
  *   osu init
  *
  * init is osu_init: how long MPI_Init took in each process, its minimum,
@@ -27,6 +27,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+static int decimals = 2; /* --decimals: Rivet's option, for slow links' small sizes */
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -70,14 +72,14 @@ static void run_latency(int rank, char *s, char *r, int min, int max, int iters,
         }
         double end = MPI_Wtime();
         if (rank == 0) {
-            printf("%-10d%18.2f", size, (end - t0) * 1e6 / (2.0 * n));
+            printf("%-10d%18.*f", size, decimals, (end - t0) * 1e6 / (2.0 * n));
             if (each && n > 0) {
                 each[n - 1] = (end - last) * 1e6 / 2;
                 qsort(each, n, sizeof(double), cmp_double);
                 const int p[] = {50, 90, 99};
                 for (int k = 0; k < 3; k++) /* nearest rank: the ceil(p·n/100)-th smallest */
-                    printf("%18.2f", each[(p[k] * (long)n + 99) / 100 - 1]);
-                printf("%18.2f", each[n - 1]);
+                    printf("%18.*f", decimals, each[(p[k] * (long)n + 99) / 100 - 1]);
+                printf("%18.*f", decimals, each[n - 1]);
             }
             printf("\n");
         }
@@ -125,7 +127,7 @@ static void run_bw(int rank, char *s, char *r, int min, int max, int iters, int 
         }
         double t = MPI_Wtime() - t0;
         if (rank == 0)
-            printf("%-10d%18.2f\n", size, size / 1e6 * n * window * (bi ? 2 : 1) / t);
+            printf("%-10d%18.*f\n", size, decimals, size / 1e6 * n * window * (bi ? 2 : 1) / t);
         fflush(stdout);
     }
     free(reqs);
@@ -177,7 +179,7 @@ static void run_collective(int rank, int nprocs, int allreduce, char *s, char *r
 int main(int argc, char **argv)
 {
     int rank, nprocs, opt, iters = -1, warm = -1, window = 64, pct = 0;
-    static const struct option longopts[] = {{"percentiles", no_argument, NULL, 'P'}, {0}};
+    static const struct option longopts[] = {{"percentiles", no_argument, NULL, 'P'}, {"decimals", required_argument, NULL, 'D'}, {0}};
     struct timespec before, after;
     clock_gettime(CLOCK_REALTIME, &before);
     MPI_Init(&argc, &argv);
@@ -221,6 +223,7 @@ int main(int argc, char **argv)
         case 'x': warm = atoi(optarg); break;
         case 'W': window = atoi(optarg); break;
         case 'P': pct = 1; break;
+        case 'D': decimals = atoi(optarg); break;
         default: MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
