@@ -16,13 +16,12 @@
 #
 #   bash lab/cross-node.sh                       # ROUNDS=5
 #   ROUNDS=3 SIZES="4096 65536" TESTS="bw raw_bw" bash lab/cross-node.sh
-#   RESULTS=docs/results bash lab/cross-node.sh  # also writes each program's medians for lab/plots.sh
+#   RESULTS=docs/results bash lab/cross-node.sh  # also writes each program's medians, cross-PROG.txt, for rivet plot
 #   WHY="rivet_bw ompi_bw ib_send_bw ib_write_bw perf_write_bw" PSIZE=8192 bash lab/cross-node.sh
 #       # one run each, with where each node's CPU went and rxe's counters
-#       # (PERF=1: and a profile of each node, perf record -a)
 #
 # RIVET= and RXEVM= name other builds of rivet and rxevm to run instead of
-# the work tree's.
+# the work tree's; TRACE=1 traces the script (set -x) in the VM.
 #
 # TESTS picks from bw bibw latency put_bw get_bw (each Rivet's and Open
 # MPI's), raw_bw and raw_lat (default: all). Each round runs the programs
@@ -63,7 +62,7 @@ if [ "${1:-}" != --in-vm ]; then
 	"$out/rxevm" -q -v -topology cluster:2 -timeout "${TIMEOUT:-120m}" \
 		-node-cmd "exec $out/rexec -listen 192.0.2.2:7022" \
 		-- env BIN="$out" ROUNDS="$rounds" TESTS="$tests" SIZES="$sizes" BUDGET="$budget" RESULTS="${RESULTS:+1}" \
-		WHY="${WHY:-}" PSIZE="${PSIZE:-}" PERF="${PERF:-}" TRACE="${TRACE:-}" \
+		WHY="${WHY:-}" PSIZE="${PSIZE:-}" TRACE="${TRACE:-}" \
 		bash "$0" --in-vm >"$out/vm" || status=$?
 	if [ -n "${RESULTS:-}" ]; then # the VM's files come out on its stdout
 		awk -v d="$RESULTS" '/^=== FILE /{f = d "/" $3; printf "" >f; next} f {print >>f; next} {print}' "$out/vm"
@@ -245,11 +244,6 @@ why() {
 	(($s > 8192)) && b=2
 	(($s > 262144)) && b=3
 	a1=$(snapshot) a2=$(on2 "$(declare -f snapshot); snapshot")
-	if [ -n "${PERF:-}" ]; then # a sampled profile of each node's whole CPU meanwhile
-		perf record -q -a -e cpu-clock -F 999 -o /tmp/why.perf >/dev/null 2>&1 &
-		on2 "perf record -q -a -e cpu-clock -F 999 -o /tmp/why.perf >/dev/null 2>&1" &
-		sleep 2
-	fi
 	case $1 in
 	rivet_*) port=$((port + 1)); v=$(rivet "osu_${1#rivet_}" $s:$s $(counts $b) | grep -E '^[0-9]' | awk '{print $2}') ;;
 	ompi_*) v=$(ompi osu "${1#ompi_}" $s:$s $(counts $b) | grep -E '^[0-9]' | awk '{print $2}') ;;
@@ -257,11 +251,6 @@ why() {
 	ib_*) pport=$((pport + 1)); v=$(pair 4 "$1" -d rxe0 -x "$gid" -s "$s" -n "$(nmsgs "$s")" -F) ;;
 	esac
 	z1=$(snapshot) z2=$(on2 "$(declare -f snapshot); snapshot")
-	if [ -n "${PERF:-}" ]; then
-		pkill -INT -x perf || true
-		on2 "pkill -INT -x perf" || true
-		wait
-	fi
 	echo "### $1 at $s bytes: ${v:-no figure} (perftest and rivet perf: MiB/s)"
 	for n in 1 2; do
 		local a=a$n z=z$n
@@ -276,11 +265,6 @@ why() {
 				printf " rxe:"; for (i = 1; i <= 9; i++) if (d[7 + i] != 0) printf " %s %d", name[i], d[7 + i]; print ""
 			}'
 	done
-	if [ -n "${PERF:-}" ]; then
-		local report="perf report -i /tmp/why.perf --stdio --sort comm,sym 2>/dev/null | grep -E '^ +[0-9]' | head -${PERF_TOP:-25}"
-		echo "node1 profile:" && eval "$report"
-		echo "node2 profile:" && on2 "$report"
-	fi
 }
 if [ -n "${WHY:-}" ]; then # WHY="rivet_bw ompi_bw ib_write_bw …": the diagnosis alone
 	for p in $WHY; do why "$p"; done
