@@ -76,6 +76,7 @@ fi
 gid=$(rxe_gid rxe0)
 node2=192.0.2.2
 w=$(mktemp -d)
+r=0 # the round
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 on2() { "$BIN/rexec" $node2 "$@"; }
 "$BIN/rexec" -w 3m $node2 true # node 2 may still be booting
@@ -171,8 +172,8 @@ pair() {
 	wait $server || true
 	grep -E '^ +[0-9]' <<<"$o" | tail -1 | awk -v c="$col" '{print $c}'
 }
-# raw FILE COL [SCALE] CMD…: one raw figure (times SCALE) appended to FILE,
-# "-" when there was none.
+# raw FILE COL CMD…: one raw figure (times $SCALE, default 1) appended to
+# FILE, "-" when there was none.
 raw() {
 	local f=$1 col=$2 v
 	shift 2
