@@ -85,7 +85,7 @@ func run(argv []string) int {
 	cpus := fs.Int("smp", 0, "guest `vCPUs`: default 2, 1 per cluster node")
 	nodeCmd := fs.String("node-cmd", "", "in a cluster, the shell `command` nodes 2… run while node 1 runs the command")
 	quiet := fs.Bool("q", false, "do not print the topology banner on stderr")
-	verbose := fs.Bool("v", false, "print kernel, accelerator and timings on stderr")
+	verbose := fs.Bool("v", false, "print kernel, accelerator and timings on stderr (and a cluster switch's dropped frames)")
 	fault := fs.String("fault", "", "inside node1 of a cluster, ask the runner for a fault `command` and exit: kill N, stop N, cont N, link N up|down, partition 1,2 3, heal")
 	if err := fs.Parse(argv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
