@@ -17,8 +17,10 @@
 #   bash lab/cross-node.sh                       # ROUNDS=5
 #   ROUNDS=3 SIZES="4096 65536" TESTS="bw raw_bw" bash lab/cross-node.sh
 #   RESULTS=docs/results bash lab/cross-node.sh  # also writes each program's medians, cross-PROG.txt, for rivet plot
-#   WHY="rivet_bw ompi_bw ib_send_bw ib_write_bw perf_write_bw" PSIZE=8192 bash lab/cross-node.sh
+#   WHY="rivet_bw ompi_bw ib_send_bw ib_send_bw:-e ib_write_bw perf_write_bw" PSIZE=8192 bash lab/cross-node.sh
 #       # one run each, with where each node's CPU went and rxe's counters
+#       # (PROG:ARG,… adds ARGs to a raw stream's command line; PSIZE may
+#       # list sizes)
 #
 # RIVET= and RXEVM= name other builds of rivet and rxevm to run instead of
 # the work tree's; TRACE=1 traces the script (set -x) in the VM.
@@ -238,18 +240,21 @@ snapshot() {
 	done
 	echo
 }
-# why PROG…: one run of PROG (a word of measure's or a raw stream) at
-# PSIZE, with where each node's CPU went and what rxe counted meanwhile.
+# why PROG[:ARG,…] SIZE: one run of PROG (a word of measure's or a raw
+# stream) at SIZE, with where each node's CPU went and what rxe counted
+# meanwhile; ARGs go to a raw stream's command line (ib_send_bw:-e waits
+# for completions by event instead of polling).
 why() {
-	local s=${PSIZE:-8192} b=1 a1 a2 z1 z2 v
+	local s=$2 b=1 a1 a2 z1 z2 v p=${1%%:*} args=()
+	[[ $1 != *:* ]] || IFS=, read -ra args <<<"${1#*:}"
 	(($s > 8192)) && b=2
 	(($s > 262144)) && b=3
 	a1=$(snapshot) a2=$(on2 "$(declare -f snapshot); snapshot")
-	case $1 in
-	rivet_*) port=$((port + 1)); v=$(rivet "osu_${1#rivet_}" $s:$s $(counts $b) | grep -E '^[0-9]' | awk '{print $2}') ;;
-	ompi_*) v=$(ompi osu "${1#ompi_}" $s:$s $(counts $b) | grep -E '^[0-9]' | awk '{print $2}') ;;
-	perf_*) pport=$((pport + 1)); v=$(pair 4 "$BIN/rivet" perf "${1#perf_}" -d rxe0 -x "$gid" -s "$s" -n "$(nmsgs "$s")") ;;
-	ib_*) pport=$((pport + 1)); v=$(pair 4 "$1" -d rxe0 -x "$gid" -s "$s" -n "$(nmsgs "$s")" -F) ;;
+	case $p in
+	rivet_*) port=$((port + 1)); v=$(rivet "osu_${p#rivet_}" $s:$s $(counts $b) | grep -E '^[0-9]' | awk '{print $2}') ;;
+	ompi_*) v=$(ompi osu "${p#ompi_}" $s:$s $(counts $b) | grep -E '^[0-9]' | awk '{print $2}') ;;
+	perf_*) pport=$((pport + 1)); v=$(pair 4 "$BIN/rivet" perf "${p#perf_}" -d rxe0 -x "$gid" -s "$s" -n "$(nmsgs "$s")" "${args[@]}") ;;
+	ib_*) pport=$((pport + 1)); v=$(pair 4 "$p" -d rxe0 -x "$gid" -s "$s" -n "$(nmsgs "$s")" -F "${args[@]}") ;;
 	esac
 	z1=$(snapshot) z2=$(on2 "$(declare -f snapshot); snapshot")
 	echo "### $1 at $s bytes: ${v:-no figure} (perftest and rivet perf: MiB/s)"
@@ -268,7 +273,9 @@ why() {
 	done
 }
 if [ -n "${WHY:-}" ]; then # WHY="rivet_bw ompi_bw ib_write_bw …": the diagnosis alone
-	for p in $WHY; do why "$p"; done
+	for s in ${PSIZE:-8192}; do
+		for p in $WHY; do why "$p" "$s"; done
+	done
 	exit
 fi
 
