@@ -20,7 +20,12 @@
 #   WHY="rivet_bw ompi_bw ib_send_bw ib_send_bw:-e ib_write_bw perf_write_bw" PSIZE=8192 bash lab/cross-node.sh
 #       # one run each, with where each node's CPU went and rxe's counters
 #       # (PROG:ARG,… adds ARGs to a raw stream's command line; PSIZE may
-#       # list sizes)
+#       # list sizes; PERF=1 adds each node's system-wide profile, the top
+#       # PERF_TOP entries)
+#   VARIANTS="r64=/tmp/rivet-r64" TESTS=bw bash lab/cross-node.sh
+#       # other builds of rivet beside the work tree's, each round: osu_bw
+#       # and osu_bibw tables of each against it (WHY runs one as
+#       # rivet_bw@NAME)
 #
 # RIVET= and RXEVM= name other builds of rivet and rxevm to run instead of
 # the work tree's; TRACE=1 traces the script (set -x) in the VM.
@@ -58,13 +63,16 @@ if [ "${1:-}" != --in-vm ]; then
 	else
 		go build -o "$out/rivet" ./cmd/rivet
 	fi
+	for v in ${VARIANTS:-}; do # NAME=PATH: other builds of rivet, for WHY's rivet_bw@NAME
+		cp "${v#*=}" "$out/rivet-${v%%=*}"
+	done
 	(cd lab && go build -o "$out/rexec" ./rexec)
 	mpicc.openmpi -O2 -o "$out/osu" bench/osu/testdata/osu.c
 	mpicc.openmpi -O2 -o "$out/osu_rma" bench/osu/testdata/osu_rma.c
 	"$out/rxevm" -q -v -topology cluster:2 -timeout "${TIMEOUT:-120m}" \
 		-node-cmd "exec $out/rexec -listen 192.0.2.2:7022" \
 		-- env BIN="$out" ROUNDS="$rounds" TESTS="$tests" SIZES="$sizes" BUDGET="$budget" RESULTS="${RESULTS:+1}" \
-		WHY="${WHY:-}" PSIZE="${PSIZE:-}" TRACE="${TRACE:-}" \
+		WHY="${WHY:-}" PSIZE="${PSIZE:-}" PERF="${PERF:-}" PERF_TOP="${PERF_TOP:-}" TRACE="${TRACE:-}" \
 		bash "$0" --in-vm >"$out/vm" || status=$?
 	if [ -n "${RESULTS:-}" ]; then # the VM's files come out on its stdout
 		awk -v d="$RESULTS" '/^=== FILE /{f = d "/" $3; printf "" >f; next} f {print >>f; next} {print}' "$out/vm"
@@ -139,9 +147,9 @@ rivet() {
 	local b=$1 m=$2
 	shift 2
 	local env="WORLD_SIZE=2 MASTER_ADDR=192.0.2.1 MASTER_PORT=$port RIVET_JOB_SECRET=lab"
-	on2 "RANK=1 $env timeout 900 $BIN/rivet bench $b -m $m $* >/dev/null 2>&1" &
+	on2 "RANK=1 $env timeout 900 $BIN/${RBIN:-rivet} bench $b -m $m $* >/dev/null 2>&1" &
 	local rank1=$!
-	env RANK=0 $env timeout 900 "$BIN/rivet" bench "$b" -m "$m" "$@" 2>/dev/null &
+	env RANK=0 $env timeout 900 "$BIN/${RBIN:-rivet}" bench "$b" -m "$m" "$@" 2>/dev/null &
 	local rank0=$!
 	# A rank 1 that could not run leaves rank 0 waiting for it: end it.
 	wait $rank1 || kill $rank0 2>/dev/null || true
@@ -172,7 +180,7 @@ pair() {
 		sleep 0.2
 	done
 	wait $server || true
-	grep -E '^ +[0-9]' <<<"$o" | tail -1 | awk -v c="$col" '{print $c}'
+	{ grep -E '^ +[0-9]' <<<"$o" || true; } | tail -1 | awk -v c="$col" '{print $c}'
 }
 # raw FILE COL CMD…: one raw figure (times $SCALE, default 1) appended to
 # FILE, "-" when there was none.
@@ -199,6 +207,9 @@ measure() {
 		case $what in
 		bw | bibw)
 			rivet "osu_$what" $m $(counts $b) --decimals 4 | rows "rivet_$what" $sz
+			for v in ${VARIANTS:-}; do
+				RBIN=rivet-${v%%=*} rivet "osu_$what" $m $(counts $b) --decimals 4 | rows "rivet@${v%%=*}_$what" $sz
+			done
 			ompi osu "$what" $m $(counts $b) --decimals 4 | rows "ompi_$what" $sz
 			;;
 		put_bw | get_bw)
@@ -250,14 +261,32 @@ why() {
 	(($s > 8192)) && b=2
 	(($s > 262144)) && b=3
 	a1=$(snapshot) a2=$(on2 "$(declare -f snapshot); snapshot")
+	if [ -n "${PERF:-}" ]; then # a system-wide profile on each node meanwhile
+		perf record -q -e cpu-clock -a -o "$w/perf.data" -- sleep 3600 </dev/null >/dev/null 2>&1 &
+		local rec=$!
+		on2 "perf record -q -e cpu-clock -a -o /tmp/why-perf.data -- sleep 3600 </dev/null >/dev/null 2>&1 & echo \$! >/tmp/why-perf.pid"
+		sleep 1
+	fi
 	case $p in
-	rivet_*) port=$((port + 1)); v=$(rivet "osu_${p#rivet_}" $s:$s $(counts $b) | grep -E '^[0-9]' | awk '{print $2}') ;;
+	rivet_*) # rivet_bw@NAME: the build NAME of VARIANTS
+		local RBIN=rivet
+		[[ $p != *@* ]] || RBIN=rivet-${p#*@}
+		port=$((port + 1)); v=$(rivet "osu_$(sed 's/^rivet_//; s/@.*//' <<<"$p")" $s:$s $(counts $b) | grep -E '^[0-9]' | awk '{print $2}') ;;
 	ompi_*) v=$(ompi osu "${p#ompi_}" $s:$s $(counts $b) | grep -E '^[0-9]' | awk '{print $2}') ;;
 	perf_*) pport=$((pport + 1)); v=$(pair 4 "$BIN/rivet" perf "${p#perf_}" -d rxe0 -x "$gid" -s "$s" -n "$(nmsgs "$s")" "${args[@]}") ;;
 	ib_*) pport=$((pport + 1)); v=$(pair 4 "$p" -d rxe0 -x "$gid" -s "$s" -n "$(nmsgs "$s")" -F "${args[@]}") ;;
 	esac
 	z1=$(snapshot) z2=$(on2 "$(declare -f snapshot); snapshot")
 	echo "### $1 at $s bytes: ${v:-no figure} (perftest and rivet perf: MiB/s)"
+	if [ -n "${PERF:-}" ]; then
+		local top="perf report -i %s --stdio --sort comm,dso,sym 2>/dev/null | grep -E '^ +[0-9]' | head -${PERF_TOP:-25}"
+		kill -INT $rec
+		wait $rec || true
+		echo "node1 profile:"
+		eval "$(printf "$top" "$w/perf.data")"
+		echo "node2 profile:"
+		on2 "kill -INT \$(cat /tmp/why-perf.pid); while kill -0 \$(cat /tmp/why-perf.pid) 2>/dev/null; do sleep 0.2; done; $(printf "$top" /tmp/why-perf.data)"
+	fi
 	for n in 1 2; do
 		local a=a$n z=z$n
 		tr ' ' '\n' <<<"${!a}" >"$w/why.a" # (no /dev/fd in the VM for <(…))
@@ -326,6 +355,19 @@ for what in bw bibw put_bw get_bw; do
 			awk '$1 != "-" {$1 *= 2} {print}' "$w/best.$s" >"$w/best2.$s" && mv "$w/best2.$s" "$w/best.$s"
 		fi
 		echo "$line | $(ratiocell "$w/rivet_$what.$s" "$w/best.$s") | $(ratiocell "$w/rivet_$what.$s" "$w/ompi_$what.$s") |"
+	done
+done
+for v in ${VARIANTS:-}; do
+	v=${v%%=*}
+	for what in bw bibw; do
+		[[ " $tests " == *" $what "* ]] || continue
+		echo
+		echo "## osu_$what of build $v (MB/s)"
+		echo "| size | $v | $v / Rivet | $v / Open MPI |"
+		echo "|---:|---:|---|---|"
+		for s in $sizes; do
+			echo "| $s | $(cell "$w/rivet@${v}_$what.$s") | $(ratiocell "$w/rivet@${v}_$what.$s" "$w/rivet_$what.$s") | $(ratiocell "$w/rivet@${v}_$what.$s" "$w/ompi_$what.$s") |"
+		done
 	done
 done
 if [[ " $tests " == *" latency "* ]]; then
