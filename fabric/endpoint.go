@@ -442,6 +442,13 @@ func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 		ep.e.route[r] = v
 	}
 	ep.e.provs = append(ep.e.provs, v)
+	if ep.shm == nil && ep.opts.wait == WaitAuto && v.Arm() {
+		// Every peer is over verbs: a wait sleeps on its completions
+		// (waitmode.go). (Arm, with nothing connected yet, arms the
+		// first send CQ and says whether the device can wake us.)
+		ep.e.idler = v
+		ep.e.spin = idleSpin
+	}
 	evctx, cancel := context.WithCancel(context.Background())
 	events, err := v.Device().Events(evctx)
 	if err != nil {

@@ -66,6 +66,11 @@ type engine struct {
 	lastScan time.Time
 	closed   bool
 	spin     int // idle polls before a wait yields the CPU
+	// idler, if set, is the provider an idle wait sleeps on until
+	// something arrives, instead of yielding (waitmode.go); idling is set
+	// while a goroutine sleeps on it.
+	idler  idler
+	idling atomic.Bool
 	// direct is the world rank whose frames a blocking receive is
 	// reading itself (recvDirect), -1 if none: polls leave them to it.
 	direct  int
@@ -595,13 +600,15 @@ func (e *engine) endRound(w *waiter) error {
 // backoff is what a waiting call does after idle polls in a row found
 // nothing: it spins first, for latency, then yields the CPU to other
 // processes, then sleeps briefly once nothing has happened for long, so
-// an idle rank does not burn a core. When this node has more processes
+// an idle rank does not burn a core. With an idler it sleeps on that
+// instead of yielding, until the next completion (waitmode.go). When this node has more processes
 // of the job than CPUs (oversubscribed), it yields almost at once: a
 // spinning rank would only keep the rank it waits for off the CPU —
 // Open MPI's yield_when_idle, set the same way.
 func (e *engine) backoff(i int) {
 	switch {
 	case i < e.spin:
+	case e.idler != nil && e.idle():
 	case i < 1<<17:
 		runtime.Gosched()
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)

@@ -40,6 +40,7 @@ type options struct {
 	device   string        // verbs device, or a comma-separated list picked by node-local index
 	node     string        // overrides the node key
 	shmPipe  int           // largest rendezvous message moved by pipeline on shared memory
+	wait     string        // WithWaitMode
 	tune     bool          // WithProcessTuning
 	sysmon   string        // with tune: "auto", "idle" or "normal"
 	verbose  bool          // log routes at Init
@@ -121,6 +122,15 @@ func WithDevice(name string) Option { return func(o *options) { o.device = name 
 // for every rank unless the environment already says.
 func WithProcessTuning(on bool) Option { return func(o *options) { o.tune = on } }
 
+// WithWaitMode says how a call that waits spends the time: WaitAuto (the
+// default) sleeps on the verbs provider's completions once a few polls
+// find nothing, when every peer of the process is reached over verbs —
+// on soft-RoCE a spinning rank takes the CPU its NIC, the kernel, needs
+// (docs/fabric.md) — and spins, then yields, otherwise; WaitPoll always
+// spins, then yields. The RIVET_WAIT environment variable sets the same
+// ("auto", "poll"), and an Option wins over it.
+func WithWaitMode(mode string) Option { return func(o *options) { o.wait = mode } }
+
 // DefaultHeartbeat is the period of a process's heartbeat unless
 // WithHeartbeat says otherwise.
 const DefaultHeartbeat = 20 * time.Millisecond
@@ -147,6 +157,7 @@ func buildOptions(opts []Option) (options, error) {
 		tune:    os.Getenv("RIVET_TUNE_PROCESS") == "1",
 		sysmon:  os.Getenv("RIVET_SYSMON"),
 		verbose: os.Getenv("RIVET_VERBOSE") == "1",
+		wait:    os.Getenv("RIVET_WAIT"),
 		beat:    DefaultHeartbeat,
 		sources: AllSources,
 		quorum:  true,
@@ -226,6 +237,10 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.qpTimeout > 31 || o.qpRetry < 0 || o.qpRetry > 6 {
 		return o, fmt.Errorf("%w: verbs timeout %d, retries %d (want 0..31 and 0..6)", ErrInvalid, o.qpTimeout, o.qpRetry)
+	}
+	var err error
+	if o.wait, err = checkWaitMode(o.wait); err != nil {
+		return o, err
 	}
 	switch o.provider = strings.ToLower(o.provider); o.provider {
 	case "":

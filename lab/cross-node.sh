@@ -23,9 +23,9 @@
 #       # list sizes; PERF=1 adds each node's system-wide profile, the top
 #       # PERF_TOP entries)
 #   VARIANTS="r64=/tmp/rivet-r64" TESTS=bw bash lab/cross-node.sh
-#       # other builds of rivet beside the work tree's, each round: osu_bw
-#       # and osu_bibw tables of each against it (WHY runs one as
-#       # rivet_bw@NAME)
+#       # other builds of rivet beside the work tree's, each round: osu_bw,
+#       # osu_bibw and osu_latency tables of each against it (WHY runs one
+#       # as rivet_bw@NAME)
 #
 # RIVET= and RXEVM= name other builds of rivet and rxevm to run instead of
 # the work tree's; TRACE=1 traces the script (set -x) in the VM.
@@ -218,6 +218,9 @@ measure() {
 			;;
 		latency)
 			rivet osu_latency $m $(lcounts $b) | rows rivet_latency $sz
+			for v in ${VARIANTS:-}; do
+				RBIN=rivet-${v%%=*} rivet osu_latency $m $(lcounts $b) | rows "rivet@${v%%=*}_latency" $sz
+			done
 			ompi osu latency $m $(lcounts $b) | rows ompi_latency $sz
 			;;
 		raw_bw) # MiB/s, made MB/s
@@ -359,10 +362,10 @@ for what in bw bibw put_bw get_bw; do
 done
 for v in ${VARIANTS:-}; do
 	v=${v%%=*}
-	for what in bw bibw; do
+	for what in bw bibw latency; do
 		[[ " $tests " == *" $what "* ]] || continue
 		echo
-		echo "## osu_$what of build $v (MB/s)"
+		echo "## osu_$what of build $v ($([ $what = latency ] && echo µs || echo MB/s))"
 		echo "| size | $v | $v / Rivet | $v / Open MPI |"
 		echo "|---:|---:|---|---|"
 		for s in $sizes; do

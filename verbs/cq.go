@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -88,6 +89,7 @@ type CQ struct {
 	handle  uint32
 	id      uint64
 	channel *CompChannel
+	notify  *uverbs.Notifier // Arm's command, with a channel
 
 	lifetime // children: the QPs that use it; mu also guards ring
 	ring     *rxe.Queue
@@ -124,6 +126,9 @@ func (c *Context) NewCQ(cfg CQConfig) (*CQ, error) {
 	}
 	cq := &CQ{ctx: c, handle: r.CQHandle, id: id, channel: cfg.Channel, lifetime: lifetime{kind: "CQ"},
 		unlocked: cfg.Unlocked}
+	if cfg.Channel != nil {
+		cq.notify = c.uv.NewNotifier(r.CQHandle)
+	}
 	buf, err := c.uv.MmapRing(r.MI)
 	if err == nil {
 		cq.ring, err = rxe.NewQueue(buf)
@@ -190,13 +195,37 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 	return n, nil
 }
 
+// Pending reports whether a completion waits to be polled. With Arm it
+// closes the race of an event-driven wait: a completion that landed
+// before the arm raises no event, so a waiter arms, then checks Pending,
+// and sleeps only if it is false. It makes no system call.
+func (cq *CQ) Pending() bool {
+	locked := !cq.unlocked
+	if locked {
+		cq.mu.Lock()
+	}
+	yes := !cq.closed && cq.ring.Peek() != nil
+	if locked {
+		cq.mu.Unlock()
+	}
+	return yes
+}
+
 // Arm asks for one event on the CQ's channel when the next completion
 // (or, with solicitedOnly, the next solicited one) arrives.
+// It allocates nothing; it makes one system call.
 func (cq *CQ) Arm(solicitedOnly bool) error {
 	if cq.channel == nil {
 		return invalid("CQ has no completion channel")
 	}
-	if err := cq.ctx.uv.ReqNotifyCQ(cq.handle, solicitedOnly); err != nil {
+	// Under the lock Close destroys under: the device's descriptor, which
+	// the command is written to, stays open while the CQ is.
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return ErrClosed
+	}
+	if err := cq.notify.Arm(solicitedOnly); err != nil {
 		return cq.ctx.wrap(err)
 	}
 	return nil
@@ -254,8 +283,16 @@ func (cq *CQ) Close() error {
 
 // CompChannel delivers completion events from armed CQs (ibv_comp_channel).
 type CompChannel struct {
-	ctx      *Context
-	file     *os.File
+	ctx  *Context
+	file *os.File
+	raw  int     // file's descriptor, for Next's reads that must not wait
+	ev   [8]byte // Next's event (struct ib_uverbs_comp_event_desc): not on the heap each call
+	// Next's waiting read, through the netpoller: made once, since
+	// File.Read would allocate the error of every timeout.
+	rc       syscall.RawConn
+	readFn   func(fd uintptr) bool
+	n        int
+	rerr     error
 	lifetime // children: the CQs that report to it
 }
 
@@ -275,8 +312,20 @@ func (c *Context) NewCompChannel() (*CompChannel, error) {
 		c.release()
 		return nil, c.wrap(err)
 	}
-	return &CompChannel{ctx: c, file: os.NewFile(uintptr(fd), c.dev.Name+"-comp"),
-		lifetime: lifetime{kind: "completion channel"}}, nil
+	ch := &CompChannel{ctx: c, file: os.NewFile(uintptr(fd), c.dev.Name+"-comp"), raw: fd,
+		lifetime: lifetime{kind: "completion channel"}}
+	rc, err := ch.file.SyscallConn()
+	if err != nil {
+		ch.file.Close()
+		c.release()
+		return nil, c.wrap(err)
+	}
+	ch.rc = rc
+	ch.readFn = func(fd uintptr) bool {
+		ch.n, ch.rerr = unix.Read(int(fd), ch.ev[:])
+		return ch.rerr != unix.EAGAIN
+	}
+	return ch, nil
 }
 
 // fd is the channel's descriptor; the caller holds a reference (acquire),
@@ -293,6 +342,7 @@ func (ch *CompChannel) fd() int {
 // returns that CQ (re-arm it to get another event). It sleeps in the Go
 // netpoller; ctx ending wakes it with ctx's error.
 func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
+	ch.file.SetReadDeadline(time.Time{}) // (Next's may be left)
 	stop := context.AfterFunc(ctx, func() { ch.file.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var ev [8]byte // struct ib_uverbs_comp_event_desc
@@ -313,6 +363,59 @@ func (ch *CompChannel) Wait(ctx context.Context) (*CQ, error) {
 	if cq == nil {
 		return nil, fmt.Errorf("verbs: completion event for unknown CQ %d", id)
 	}
+	return cq, nil
+}
+
+// Next waits up to d for an event and returns the armed CQ that raised
+// it, or nil when none came in time; d ≤ 0 only takes an event already
+// there. Unlike Wait it allocates nothing, for waiters that sleep between
+// polls: the thread sleeps in the Go netpoller until the event or the
+// deadline. Calls must not overlap with each other or with Wait.
+func (ch *CompChannel) Next(d time.Duration) (*CQ, error) {
+	var n int
+	var err error
+	if d <= 0 {
+		// A read with a deadline already past would not look at all: a
+		// plain nonblocking read, under the lock Close destroys under, so
+		// that the descriptor is still the channel's.
+		ch.mu.Lock()
+		if ch.closed {
+			err = os.ErrClosed
+		} else if n, err = unix.Read(ch.raw, ch.ev[:]); errors.Is(err, unix.EAGAIN) {
+			ch.mu.Unlock()
+			return nil, nil
+		}
+		ch.mu.Unlock()
+	} else {
+		if err := ch.file.SetReadDeadline(time.Now().Add(d)); err != nil {
+			return nil, fmt.Errorf("verbs: completion channel: %w", err)
+		}
+		if err = ch.rc.Read(ch.readFn); errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, nil
+		}
+		if err == nil {
+			n, err = ch.n, ch.rerr
+		}
+	}
+	if err != nil && !errors.Is(err, os.ErrClosed) {
+		ch.mu.Lock() // (Close destroys under it: done, if under way)
+		if ch.closed {
+			err = os.ErrClosed
+		}
+		ch.mu.Unlock()
+	}
+	switch {
+	case errors.Is(err, os.ErrClosed):
+		return nil, fmt.Errorf("verbs: completion channel: %w", ErrClosed)
+	case err != nil:
+		return nil, fmt.Errorf("verbs: completion channel: %w", err)
+	case n != len(ch.ev):
+		return nil, fmt.Errorf("verbs: completion channel: a %d-byte event", n)
+	}
+	id := binary.NativeEndian.Uint64(ch.ev[:])
+	ch.ctx.mu.Lock()
+	cq := ch.ctx.cqs[id]
+	ch.ctx.mu.Unlock()
 	return cq, nil
 }
 

@@ -300,6 +300,126 @@ func TestCompChannelWait(t *testing.T) {
 	}
 }
 
+// TestCompChannelNext: Next takes an armed CQ's event, or returns nil
+// when none comes in time, allocating nothing; Pending sees a completion
+// that landed before the arm, which raises no event.
+func TestCompChannelNext(t *testing.T) {
+	devs := testutil.RXEDevices(t)
+	a, b := connectPair(t, devs[0], devs[0], sideConfig{})
+	ch, err := a.ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	cq, err := a.ctx.NewCQ(CQConfig{Size: 16, Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Close()
+	qp, err := a.pd.NewQP(QPConfig{SendCQ: cq, RecvCQ: a.rcq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Close()
+	b2, err := b.pd.NewQP(QPConfig{SendCQ: b.scq, RecvCQ: b.rcq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if err := qp.Connect(b2.Endpoint(b.gid), ConnectConfig{GIDIndex: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Connect(qp.Endpoint(a.gid), ConnectConfig{GIDIndex: -1}); err != nil {
+		t.Fatal(err)
+	}
+	write := func() {
+		t.Helper()
+		wr := SendWR{Op: OpRDMAWrite, Flags: Signaled | Inline, Local: []SGE{{MR: a.mr, Length: 8}}, Remote: b.mr.Remote()}
+		if err := qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wcs := make([]WorkCompletion, 4)
+	drain := func() {
+		t.Helper()
+		for got := 0; got < 1; {
+			n, err := cq.Poll(wcs)
+			if err != nil || n > 0 && wcs[0].Status != StatusSuccess {
+				t.Fatalf("poll: %d, %v, %+v", n, err, wcs[0])
+			}
+			got += n
+		}
+	}
+
+	if got, err := ch.Next(0); got != nil || err != nil {
+		t.Fatalf("Next(0) with no event: %v, %v", got, err)
+	}
+	if got, err := ch.Next(20 * time.Millisecond); got != nil || err != nil {
+		t.Fatalf("Next(20ms) with no event: %v, %v", got, err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { ch.Next(0) }); allocs != 0 {
+		t.Errorf("Next(0) allocates %.1f times", allocs)
+	}
+	if allocs := testing.AllocsPerRun(5, func() { ch.Next(time.Millisecond) }); allocs != 0 {
+		t.Errorf("Next(1ms) allocates %.1f times", allocs)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { cq.Arm(false) }); allocs != 0 {
+		t.Errorf("Arm allocates %.1f times", allocs)
+	}
+
+	// Armed, then a completion: its event wakes Next.
+	if err := cq.Arm(false); err != nil {
+		t.Fatal(err)
+	}
+	write()
+	if got, err := ch.Next(10 * time.Second); got != cq || err != nil {
+		t.Fatalf("Next after a completion on the armed CQ: %v, %v", got, err)
+	}
+	drain()
+	// An event already there: Next(0) takes it.
+	if err := cq.Arm(false); err != nil {
+		t.Fatal(err)
+	}
+	write()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := ch.Next(0)
+		if err != nil || got != nil && got != cq {
+			t.Fatalf("Next(0) after a completion on the armed CQ: %v, %v", got, err)
+		}
+		if got == cq {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Next(0) never took the event of a completion on the armed CQ")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	drain()
+
+	// A completion before the arm raises no event: Pending sees it.
+	write()
+	for !cq.Pending() {
+		time.Sleep(time.Millisecond)
+	}
+	if err := cq.Arm(false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ch.Next(0); got != nil || err != nil {
+		t.Fatalf("Next(0) for a completion before the arm: %v, %v", got, err)
+	}
+	drain()
+	if cq.Pending() {
+		t.Error("Pending after the CQ was drained")
+	}
+	// The CQ is still armed: the next completion wakes Next.
+	write()
+	if got, err := ch.Next(10 * time.Second); got != cq || err != nil {
+		t.Fatalf("Next after the arm that found a completion: %v, %v", got, err)
+	}
+	drain()
+}
+
 // TestPostPollAllocs: the fast path allocates nothing.
 func TestPostPollAllocs(t *testing.T) {
 	devs := testutil.RXEDevices(t)

@@ -87,15 +87,6 @@ func (c *Context) DestroyCQ(cq uint32) (DestroyCQResp, error) {
 	return r, command(c, "DESTROY_CQ", CmdDestroyCQ, &destroy{Handle: cq}, &r)
 }
 
-// ReqNotifyCQ is REQ_NOTIFY_CQ: arm the CQ for one completion event.
-func (c *Context) ReqNotifyCQ(cq uint32, solicitedOnly bool) error {
-	req := reqNotifyCQ{CQHandle: cq}
-	if solicitedOnly {
-		req.SolicitedOnly = 1
-	}
-	return command(c, "REQ_NOTIFY_CQ", CmdReqNotifyCQ, &req, (*noResp)(nil))
-}
-
 // CreateQP is CREATE_QP with rxe's response.
 func (c *Context) CreateQP(req CreateQP) (CreateQPResp, error) {
 	var r CreateQPResp

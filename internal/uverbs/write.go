@@ -191,6 +191,40 @@ func (d *Doorbell) Ring() error {
 	return nil
 }
 
+// Notifier is a ready-made REQ_NOTIFY_CQ command for one CQ, as Doorbell
+// is POST_SEND's: a process that sleeps on completions arms its CQs
+// before every sleep, and arming this way allocates nothing.
+type Notifier struct {
+	fd  int
+	buf [8 + 8]byte // ib_uverbs_cmd_hdr, ib_uverbs_req_notify_cq
+}
+
+// NewNotifier prepares the REQ_NOTIFY_CQ command of CQ cqHandle.
+func (c *Context) NewNotifier(cqHandle uint32) *Notifier {
+	n := &Notifier{fd: c.FD}
+	binary.NativeEndian.PutUint32(n.buf[0:], CmdReqNotifyCQ)
+	binary.NativeEndian.PutUint16(n.buf[4:], uint16(len(n.buf)/4))
+	binary.NativeEndian.PutUint32(n.buf[8:], cqHandle)
+	return n
+}
+
+// Arm arms the CQ for one completion event (or one solicited one).
+func (n *Notifier) Arm(solicitedOnly bool) error {
+	var s uint32
+	if solicitedOnly {
+		s = 1
+	}
+	binary.NativeEndian.PutUint32(n.buf[12:], s)
+	w, errno := ringWrite(n.fd, unsafe.Pointer(&n.buf[0]), len(n.buf))
+	if errno != 0 {
+		return &Errno{"REQ_NOTIFY_CQ", unix.Errno(errno)}
+	}
+	if w != len(n.buf) {
+		return fmt.Errorf("uverbs REQ_NOTIFY_CQ: short write %d", w)
+	}
+	return nil
+}
+
 // MmapRing maps a ring the kernel described with mi.
 func (c *Context) MmapRing(mi MMInfo) ([]byte, error) {
 	b, err := unix.Mmap(c.FD, int64(mi.Offset), int(mi.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)

@@ -256,6 +256,8 @@ type Provider struct {
 	hsCtx    context.Context // ends at close: dials in progress stop
 	hsStop   context.CancelFunc
 
+	events *armed // the completion channel a waiting process sleeps on (idle.go); nil if none
+
 	oneSided     []inflight // one-sided operations in flight
 	freeOneSided []int
 	atoms        *verbs.MR // an 8-byte result slot per entry of oneSided
@@ -310,6 +312,7 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 	if v.pd, err = v.dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("verbs provider: %w", err)
 	}
+	v.events = newEvents(v.dev)
 	// The first send CQ, which the loopback pair shares with the first
 	// peers.
 	if v.cq, err = v.newSendCQ(cqShard + 1); err != nil {
@@ -358,11 +361,12 @@ func (v *Provider) newSendCQ(qps int) (*verbs.CQ, error) {
 	// lock held, so they take no lock of their own (Unlocked): each lock
 	// taken and released cost about 50 ns under TCG, twice between a
 	// message's arrival and the answer's doorbell.
-	cq, err := v.dev.NewCQ(verbs.CQConfig{Size: qps * vSQ, Unlocked: true})
+	cq, err := v.dev.NewCQ(verbs.CQConfig{Size: qps * vSQ, Channel: v.events.channel(), Unlocked: true})
 	if err != nil {
 		return nil, fmt.Errorf("verbs provider: send completion queue: %w", err)
 	}
 	v.cqs = append(v.cqs, cq)
+	v.events.add(cq)
 	return cq, nil
 }
 
@@ -407,7 +411,7 @@ func (v *Provider) newPeer(w int) (_ *link, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.rcq, err = v.dev.NewCQ(verbs.CQConfig{Size: vWindow, Unlocked: true}); err != nil {
+	if p.rcq, err = v.dev.NewCQ(verbs.CQConfig{Size: vWindow, Channel: v.events.channel(), Unlocked: true}); err != nil {
 		return nil, fmt.Errorf("verbs provider: %w", err)
 	}
 	if p.qp, err = v.pd.NewQP(verbs.QPConfig{SendCQ: scq, RecvCQ: p.rcq, SRQ: v.srq, MaxSendWR: vSQ,
@@ -420,6 +424,7 @@ func (v *Provider) newPeer(w int) (_ *link, err error) {
 	p.ctl = v.addrs[w].ctl
 	v.peers[w], v.byQPN[p.qp.QPN()] = p, p
 	v.byIx = append(v.byIx, p)
+	v.events.add(p.rcq)
 	return p, nil
 }
 
@@ -1177,6 +1182,9 @@ func (v *Provider) Close() error {
 	}
 	for _, cq := range v.cqs {
 		cq.Close()
+	}
+	if v.events != nil {
+		v.events.ch.Close()
 	}
 	if v.pd != nil {
 		v.pd.Close()
