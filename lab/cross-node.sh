@@ -396,9 +396,10 @@ if [ -n "${RESULTS:-}" ]; then
 		echo "${f##*/}"
 	done | sed 's/\.[0-9]*$//' | sort -u | while read -r prog; do
 		echo "=== FILE cross-$prog.txt"
+		echo "# $prog across two kernels (rxevm cluster:2), the median of $rounds rounds"
 		echo "# Size      Value"
 		for s in $sizes; do
-			[ -s "$w/$prog.$s" ] && printf '%-10d%18s\n' "$s" "$(median <"$w/$prog.$s" | decimals 2)"
+			[ -s "$w/$prog.$s" ] && printf '%-10d%18s\n' "$s" "$(median <"$w/$prog.$s" | decimals 4)"
 		done
 	done
 fi

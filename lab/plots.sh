@@ -95,6 +95,15 @@ draw shm-osu_allreduce-4 "osu_allreduce, shared memory, 4 ranks on 2 CPUs" "Rive
 draw node-pss "A node of N processes (2 CPUs): the ranks' summed PSS" "Rivet,$ompi"
 draw rxe-write_lat "RDMA write latency, soft-RoCE (TCG VM)" "rivet perf,perftest" -y t_typical
 draw rxe-write_bw "RDMA write bandwidth, soft-RoCE (TCG VM)" "rivet perf,perftest" -y "BW average"
+# Across two kernels (RESULTS=docs/results bash lab/cross-node.sh writes cross-*.txt; not measured again here).
+if [ -s $res/cross-rivet_bw.txt ]; then
+	bin/rivet plot -o $img/cross-osu_bw.svg -title "osu_bw across two kernels (rxevm cluster:2, soft-RoCE)" \
+		-label "Rivet,$ompi + UCX,ib_write_bw,ib_read_bw" \
+		$res/cross-rivet_bw.txt $res/cross-ompi_bw.txt $res/cross-ib_write_bw.txt $res/cross-ib_read_bw.txt
+	bin/rivet plot -o $img/cross-osu_latency.svg -title "osu_latency across two kernels (rxevm cluster:2, soft-RoCE)" \
+		-label "Rivet,$ompi + UCX,ib_send_lat" \
+		$res/cross-rivet_latency.txt $res/cross-ompi_latency.txt $res/cross-ib_send_lat.txt
+fi
 # The simulated protocols (lab/ftsim.sh writes their CSVs; not measured again here).
 bin/rivet plot -o $img/ftsim.svg -title "agreement, shrink and revoke against allreduce and barrier, simulated" \
 	-label agree,shrink,allreduce,revoke,barrier $res/ftsim-agree.csv $res/ftsim-shrink.csv $res/ftsim-allreduce.csv $res/ftsim-revoke.csv $res/ftsim-barrier.csv
