@@ -20,8 +20,7 @@
 #   WHY="rivet_bw ompi_bw ib_send_bw ib_send_bw:-e ib_write_bw perf_write_bw" PSIZE=8192 bash lab/cross-node.sh
 #       # one run each, with where each node's CPU went and rxe's counters
 #       # (PROG:ARG,… adds ARGs to a raw stream's command line; PSIZE may
-#       # list sizes; PERF=1 adds each node's system-wide profile, the top
-#       # PERF_TOP entries)
+#       # list sizes)
 #   VARIANTS="r64=/tmp/rivet-r64" TESTS=bw bash lab/cross-node.sh
 #       # other builds of rivet beside the work tree's, each round: osu_bw,
 #       # osu_bibw and osu_latency tables of each against it (WHY runs one
@@ -72,7 +71,7 @@ if [ "${1:-}" != --in-vm ]; then
 	"$out/rxevm" -q -v -topology cluster:2 -timeout "${TIMEOUT:-120m}" \
 		-node-cmd "exec $out/rexec -listen 192.0.2.2:7022" \
 		-- env BIN="$out" ROUNDS="$rounds" TESTS="$tests" SIZES="$sizes" BUDGET="$budget" RESULTS="${RESULTS:+1}" \
-		WHY="${WHY:-}" PSIZE="${PSIZE:-}" PERF="${PERF:-}" PERF_TOP="${PERF_TOP:-}" TRACE="${TRACE:-}" \
+		WHY="${WHY:-}" PSIZE="${PSIZE:-}" TRACE="${TRACE:-}" \
 		bash "$0" --in-vm >"$out/vm" || status=$?
 	if [ -n "${RESULTS:-}" ]; then # the VM's files come out on its stdout
 		awk -v d="$RESULTS" '/^=== FILE /{f = d "/" $3; printf "" >f; next} f {print >>f; next} {print}' "$out/vm"
@@ -264,12 +263,6 @@ why() {
 	(($s > 8192)) && b=2
 	(($s > 262144)) && b=3
 	a1=$(snapshot) a2=$(on2 "$(declare -f snapshot); snapshot")
-	if [ -n "${PERF:-}" ]; then # a system-wide profile on each node meanwhile
-		perf record -q -e cpu-clock -a -o "$w/perf.data" -- sleep 3600 </dev/null >/dev/null 2>&1 &
-		local rec=$!
-		on2 "perf record -q -e cpu-clock -a -o /tmp/why-perf.data -- sleep 3600 </dev/null >/dev/null 2>&1 & echo \$! >/tmp/why-perf.pid"
-		sleep 1
-	fi
 	case $p in
 	rivet_*) # rivet_bw@NAME: the build NAME of VARIANTS
 		local RBIN=rivet
@@ -281,15 +274,6 @@ why() {
 	esac
 	z1=$(snapshot) z2=$(on2 "$(declare -f snapshot); snapshot")
 	echo "### $1 at $s bytes: ${v:-no figure} (perftest and rivet perf: MiB/s)"
-	if [ -n "${PERF:-}" ]; then
-		local top="perf report -i %s --stdio --sort comm,dso,sym 2>/dev/null | grep -E '^ +[0-9]' | head -${PERF_TOP:-25}"
-		kill -INT $rec
-		wait $rec || true
-		echo "node1 profile:"
-		eval "$(printf "$top" "$w/perf.data")"
-		echo "node2 profile:"
-		on2 "kill -INT \$(cat /tmp/why-perf.pid); while kill -0 \$(cat /tmp/why-perf.pid) 2>/dev/null; do sleep 0.2; done; $(printf "$top" /tmp/why-perf.data)"
-	fi
 	for n in 1 2; do
 		local a=a$n z=z$n
 		tr ' ' '\n' <<<"${!a}" >"$w/why.a" # (no /dev/fd in the VM for <(…))
