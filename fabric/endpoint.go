@@ -442,10 +442,9 @@ func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 		ep.e.route[r] = v
 	}
 	ep.e.provs = append(ep.e.provs, v)
-	if ep.shm == nil && ep.opts.wait == WaitAuto && v.Arm() {
+	if ep.shm == nil && ep.opts.wait == WaitAuto && v.CanSleep() {
 		// Every peer is over verbs: a wait sleeps on its completions
-		// (waitmode.go). (Arm, with nothing connected yet, arms the
-		// first send CQ and says whether the device can wake us.)
+		// (waitmode.go).
 		ep.e.idler = v
 		ep.e.spin = idleSpin
 	}

@@ -601,10 +601,10 @@ func (e *engine) endRound(w *waiter) error {
 // nothing: it spins first, for latency, then yields the CPU to other
 // processes, then sleeps briefly once nothing has happened for long, so
 // an idle rank does not burn a core. With an idler it sleeps on that
-// instead of yielding, until the next completion (waitmode.go). When this node has more processes
-// of the job than CPUs (oversubscribed), it yields almost at once: a
-// spinning rank would only keep the rank it waits for off the CPU —
-// Open MPI's yield_when_idle, set the same way.
+// instead of yielding, until the next completion (waitmode.go). When
+// this node has more processes of the job than CPUs (oversubscribed), it
+// yields almost at once: a spinning rank would only keep the rank it
+// waits for off the CPU — Open MPI's yield_when_idle, set the same way.
 func (e *engine) backoff(i int) {
 	switch {
 	case i < e.spin:

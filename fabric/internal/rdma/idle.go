@@ -57,6 +57,10 @@ func (a *armed) add(cq *verbs.CQ) {
 	}
 }
 
+// CanSleep reports whether a waiting process can sleep on the provider's
+// completions: whether the device gave it a completion channel.
+func (v *Provider) CanSleep() bool { return v.events != nil }
+
 // Arm readies a sleep: it takes the events that came since the last
 // sleep, arms every completion queue not armed, and reports whether the
 // process may sleep — false when a completion is already waiting (it
