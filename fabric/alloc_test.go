@@ -5,12 +5,20 @@ package fabric
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
-func init() { progs.Add("allocs", progAllocs) }
+func init() {
+	progs.Add("allocs", progAllocs)
+	progs.BeforeInit("allocs", func() {
+		if os.Getenv("ALLOCS_APART") != "" {
+			os.Setenv("RIVET_NODE", os.Getenv("PMI_RANK"))
+		}
+	})
+}
 
 // progAllocs: a blocking ping-pong allocates nothing in steady state,
 // eager or rendezvous.
@@ -82,8 +90,15 @@ func TestSendRecvAllocateNothing(t *testing.T) {
 }
 
 // TestVerbsSendRecvAllocateNothing: the same over the verbs provider
-// (eager sends and receives, and rendezvous reads through staging).
+// (eager sends and receives, and rendezvous reads through staging), on
+// one node and with each rank on a node of its own — where waits sleep
+// on completions (waitmode.go).
 func TestVerbsSendRecvAllocateNothing(t *testing.T) {
 	devs := testutil.RXEDevices(t)
-	t.Log(runOK(t, 2, "allocs", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0]))
+	t.Run("one-node", func(t *testing.T) {
+		t.Log(runOK(t, 2, "allocs", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0]))
+	})
+	t.Run("nodes", func(t *testing.T) {
+		t.Log(runOK(t, 2, "allocs", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0], "ALLOCS_APART=1"))
+	})
 }

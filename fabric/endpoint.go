@@ -442,9 +442,9 @@ func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 		ep.e.route[r] = v
 	}
 	ep.e.provs = append(ep.e.provs, v)
-	if ep.shm == nil && ep.opts.wait == WaitAuto && v.CanSleep() {
-		// Every peer is over verbs: a wait sleeps on its completions
-		// (waitmode.go).
+	if ep.shm == nil && len(ep.node) <= 1 && ep.opts.wait == WaitAuto && v.CanSleep() {
+		// Every peer is over verbs, on another node: a wait sleeps on
+		// its completions (waitmode.go).
 		ep.e.idler = v
 		ep.e.spin = idleSpin
 	}

@@ -14,11 +14,13 @@ import (
 // waits takes the CPU from the packets it waits for. Across the two
 // kernels of an rxevm cluster, osu_bw moved 1.3–1.7× as much at 1 B–1
 // MiB once a waiting rank slept instead of spinning (docs/fabric.md).
-// So when every peer of a process is reached over verbs, a wait that
-// found nothing for a few polls sleeps on the provider's completion
-// channel until the next completion, or for idleWait at most (news that
-// raises no completion — a goodbye written by RDMA — waits for that
-// bound).
+// So when every peer of a process is reached over verbs on another node,
+// a wait that found nothing for a few polls sleeps on the provider's
+// completion channel until the next completion, or for idleWait at most
+// (news that raises no completion — a goodbye written by RDMA — waits for
+// that bound). Ranks of one node over RDMA loopback (RIVET_PROVIDER=verbs)
+// keep spinning: their round trip is tens of microseconds, of the order
+// of a sleep and a wake-up, and sleeping was measured across nodes only.
 
 // idleWait bounds one sleep of an idle wait: what a peer's goodbye, the
 // failure scan and a context's end may wait. (A wait with sends held for
@@ -61,7 +63,7 @@ func (e *engine) idle() bool {
 // Wait modes (WithWaitMode, RIVET_WAIT).
 const (
 	// WaitAuto sleeps on completions when every peer is reached over
-	// verbs, and spins and yields otherwise.
+	// verbs on another node, and spins and yields otherwise.
 	WaitAuto = "auto"
 	// WaitPoll never sleeps on completions: a waiting call spins, then
 	// yields the CPU, then sleeps 50 µs at a time once idle for long.

@@ -14,7 +14,15 @@ import (
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
-func init() { progs.Add("idlewait", progIdleWait) }
+func init() {
+	progs.Add("idlewait", progIdleWait)
+	// Each rank on a node of its own, unless the test says one node.
+	progs.BeforeInit("idlewait", func() {
+		if os.Getenv("IDLEWAIT_ONE_NODE") == "" {
+			os.Setenv("RIVET_NODE", os.Getenv("PMI_RANK"))
+		}
+	})
+}
 
 // cpuTime is the CPU time this process has used, every thread's.
 func cpuTime() time.Duration {
@@ -23,14 +31,15 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// progIdleWait: with every peer over verbs, a receive that waits sleeps
-// on the provider's completions (unless RIVET_WAIT=poll): rank 0 waits
-// for a message rank 1 sends 300 ms late, and uses less CPU than half
-// the wait — a spinning wait uses all of it that it is given. The
-// message still arrives, and so does one after it.
+// progIdleWait: with every peer over verbs on another node, a receive
+// that waits sleeps on the provider's completions (unless
+// RIVET_WAIT=poll, or the ranks share a node): rank 0 waits for a
+// message rank 1 sends 300 ms late, and uses less CPU than half the wait
+// — a spinning wait uses all of it that it is given. The message still
+// arrives, and so does one after it.
 func progIdleWait(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
-	event := os.Getenv("RIVET_WAIT") != WaitPoll
+	event := os.Getenv("RIVET_WAIT") != WaitPoll && os.Getenv("IDLEWAIT_ONE_NODE") == ""
 	if got := ep.e.idler != nil; got != event {
 		failf("sleeping on completions: %v, want %v (RIVET_WAIT=%q)", got, event, os.Getenv("RIVET_WAIT"))
 	}
@@ -59,12 +68,17 @@ func progIdleWait(ctx context.Context, ep *Endpoint) error {
 	return nil
 }
 
-// TestVerbsIdleWait: see progIdleWait; in both wait modes.
+// TestVerbsIdleWait: see progIdleWait; in both wait modes, and with
+// the two ranks on one node.
 func TestVerbsIdleWait(t *testing.T) {
 	devs := testutil.RXEDevices(t)
-	for _, mode := range []string{WaitAuto, WaitPoll} {
-		t.Run(mode, func(t *testing.T) {
-			runOK(t, 2, "idlewait", "RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE="+devs[0], "RIVET_WAIT="+mode)
+	for name, env := range map[string][]string{
+		"auto":     {"RIVET_WAIT=auto"},
+		"poll":     {"RIVET_WAIT=poll"},
+		"one-node": {"RIVET_WAIT=auto", "IDLEWAIT_ONE_NODE=1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			runOK(t, 2, "idlewait", append([]string{"RIVET_PROVIDER=verbs", "RIVET_VERBS_DEVICE=" + devs[0]}, env...)...)
 		})
 	}
 }
