@@ -4,6 +4,7 @@ package fabric
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -29,6 +30,16 @@ var (
 	failf = jobtest.Failf
 	must  = jobtest.Must
 )
+
+// ownNodes makes each rank of program name a node of its own
+// (RIVET_NODE), as on a cluster, when apart says so in the rank.
+func ownNodes(name string, apart func() bool) {
+	progs.BeforeInit(name, func() {
+		if apart() {
+			os.Setenv("RIVET_NODE", os.Getenv("PMI_RANK"))
+		}
+	})
+}
 
 // runJob runs prog on n ranks and returns its output and status.
 func runJob(t *testing.T, n int, prog string, ft bool, env ...string) (string, string, int) {

@@ -16,12 +16,7 @@ import (
 
 func init() {
 	progs.Add("idlewait", progIdleWait)
-	// Each rank on a node of its own, unless the test says one node.
-	progs.BeforeInit("idlewait", func() {
-		if os.Getenv("IDLEWAIT_ONE_NODE") == "" {
-			os.Setenv("RIVET_NODE", os.Getenv("PMI_RANK"))
-		}
-	})
+	ownNodes("idlewait", func() bool { return os.Getenv("IDLEWAIT_ONE_NODE") == "" })
 }
 
 // cpuTime is the CPU time this process has used, every thread's.
