@@ -17,6 +17,10 @@
 #       # lab/rmaloop runs them, marked by the program around its loops,
 #       # beside perftest's read_lat and atomic_lat; @shm over shared
 #       # memory. The "own" lines are the issuing rank's code alone.
+#   TESTS="osu_bw:4096 send_bw:4096 write_bw:4096" N1=6400 N2=25600 bash lab/insncount.sh
+#       # streams, per message: Rivet's and Open MPI's osu_bw (windows of
+#       # 64) beside perftest's send and write streams (and rivet perf's
+#       # write_bw)
 #   TESTS="osu_get_latency osu_fop_latency@shm" bash lab/insncount.sh
 #       # the OSU one-sided tests (8 bytes; fop, cas and acc with -T
 #       # mpi_long), marked from outside: their start-up and waits count
@@ -56,7 +60,7 @@ if [ "${1:-}" != --in-vm ]; then
 	chmod +x "$out/rank"
 	go build -o "$out/rivetrun" ./cmd/rivetrun
 	go build -C lab -o "$out/insncount" ./insncount
-	case " $tests " in *" osu_latency "*) mpicc.openmpi -O2 -o "$out/ompi_osu" bench/osu/testdata/osu.c ;; esac
+	case " $tests " in *" osu_latency "* | *" osu_bw:"*) mpicc.openmpi -O2 -o "$out/ompi_osu" bench/osu/testdata/osu.c ;; esac
 	cat >"$out/qemu" <<-EOF
 		#!/bin/sh
 		exec qemu-system-x86_64 "\$@" -plugin $out/insncount.so,out=$out/counts
@@ -103,6 +107,17 @@ ompi_osu() {
 	timeout 300 mpirun.openmpi -n 2 --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
 		--mca btl ^openib,uct -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=$dev:1 -x UCX_IB_GID_INDEX=0 \
 		"$BIN/ompi_osu" latency -m 8:8 -x 100 -i "$1" 2>/dev/null | grep -E '^[0-9]' | tail -1 || true
+}
+# rivet_bw SIZE N and ompi_bw SIZE N: osu_bw moving N messages of SIZE
+# bytes, in windows of 64
+rivet_bw() {
+	RIVET_PROVIDER=verbs RIVET_VERBS_DEVICE=$dev timeout 300 "$BIN/rivetrun" -n 2 "$BIN/rivet" bench osu_bw -m "$1:$1" -W 64 -x 1 -i $(($2 / 64)) 2>/dev/null |
+		grep -E '^[0-9]' | tail -1 || true
+}
+ompi_bw() {
+	timeout 300 mpirun.openmpi -n 2 --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+		--mca btl ^openib,uct -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=$dev:1 -x UCX_IB_GID_INDEX=0 \
+		"$BIN/ompi_osu" bw -m "$1:$1" -W 64 -x 1 -i $(($2 / 64)) 2>/dev/null | grep -E '^[0-9]' | tail -1 || true
 }
 # one LABEL N CMD...: a marked run; the plugin's counts between the two
 # marks are this run's section
@@ -151,10 +166,23 @@ for t in $tests; do
 		continue
 	fi
 	test=${t%%:*} size=${t#*:}
-	pair "$BIN/rivet" perf "$test" -d $dev -x "$gid" -s "$size" -n 300 >/dev/null
+	if [ "$test" = osu_bw ]; then
+		# A stream of SIZE-byte messages in OSU's windows of 64, per
+		# message: N1 and N2 count messages.
+		rivet_bw "$size" 640 >/dev/null
+		ompi_bw "$size" 640 >/dev/null
+		for n in "$n1" "$n2"; do
+			one "rivet osu_bw $size" "$n" rivet_bw "$size" "$n"
+			one "ompi osu_bw $size" "$n" ompi_bw "$size" "$n"
+		done
+		continue
+	fi
+	rivet=true # rivet perf has no send_bw
+	[ "$test" != send_bw ] || rivet=false
+	if $rivet; then pair "$BIN/rivet" perf "$test" -d $dev -x "$gid" -s "$size" -n 300 >/dev/null; fi
 	pair "ib_$test" -d $dev -x "$gid" -s "$size" -n 300 >/dev/null
 	for n in "$n1" "$n2"; do
-		one "rivet $test $size" "$n" pair "$BIN/rivet" perf "$test" -d $dev -x "$gid" -s "$size" -n "$n"
+		if $rivet; then one "rivet $test $size" "$n" pair "$BIN/rivet" perf "$test" -d $dev -x "$gid" -s "$size" -n "$n"; fi
 		one "perftest $test $size" "$n" pair "ib_$test" -d $dev -x "$gid" -s "$size" -n "$n"
 	done
 done

@@ -58,9 +58,19 @@ func TestPostSendInlineWQE(t *testing.T) {
 			t.Errorf("%d+%d bytes: inline data % x, want % x then aa", c[0], c[1], data[:len(want)+1], want)
 		}
 	}
-	*(*uint32)(unsafe.Pointer(&sqBuf[256])) = 6 // all six consumed
+	// With immediate data: a send-with-immediate's opcode, and the data
+	// big-endian, as rxe puts it on the wire (slot 6).
+	if err := qp.PostSendInlineImm(45, Signaled, 0x01020304, head, tail); err != nil {
+		t.Fatal(err)
+	}
+	h = (*rxe.SendWQEHeader)(unsafe.Pointer(&sqBuf[384+6*256]))
+	if h.WRID != 45 || h.Opcode != uint32(OpSendWithImm) || h.ImmData != beUint32(0x01020304) ||
+		h.SendFlags != uint32(Signaled|Inline) || h.DMA.Length != uint32(len(head)+len(tail)) {
+		t.Errorf("send-with-immediate's WQE header %+v", *h)
+	}
+	*(*uint32)(unsafe.Pointer(&sqBuf[256])) = 7 // all seven consumed
 	// The kernel consumes what is posted, so the ring never fills.
-	var consumed uint32 = 6
+	var consumed uint32 = 7
 	allocs := testing.AllocsPerRun(100, func() {
 		if err := qp.PostSendInline(44, 0, head, tail); err != nil {
 			t.Fatal(err)
@@ -70,6 +80,16 @@ func TestPostSendInlineWQE(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("PostSendInline allocates %v times per call", allocs)
+	}
+	allocs = testing.AllocsPerRun(100, func() {
+		if err := qp.PostSendInlineImm(46, 0, 7, head, tail); err != nil {
+			t.Fatal(err)
+		}
+		consumed++
+		*(*uint32)(unsafe.Pointer(&sqBuf[256])) = consumed & 7
+	})
+	if allocs != 0 {
+		t.Errorf("PostSendInlineImm allocates %v times per call", allocs)
 	}
 }
 

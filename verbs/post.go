@@ -133,16 +133,27 @@ func (qp *QP) postSend(wrs []SendWR) error {
 // Signaled, Solicited and Fence; len(head)+len(tail) must fit the QP's
 // inline capacity (QPConfig.MaxInline). It allocates nothing.
 func (qp *QP) PostSendInline(id uint64, flags SendFlags, head, tail []byte) error {
+	return qp.lockedSendInline(id, OpSend, flags, 0, head, tail)
+}
+
+// PostSendInlineImm is PostSendInline with immediate data: an
+// OpSendWithImm, whose completion at the receiver carries imm (host
+// order; sent big-endian).
+func (qp *QP) PostSendInlineImm(id uint64, flags SendFlags, imm uint32, head, tail []byte) error {
+	return qp.lockedSendInline(id, OpSendWithImm, flags, imm, head, tail)
+}
+
+func (qp *QP) lockedSendInline(id uint64, op Opcode, flags SendFlags, imm uint32, head, tail []byte) error {
 	if qp.unlocked {
-		return qp.postSendInline(id, flags, head, tail)
+		return qp.postSendInline(id, op, flags, imm, head, tail)
 	}
 	qp.sqMu.Lock()
-	err := qp.postSendInline(id, flags, head, tail)
+	err := qp.postSendInline(id, op, flags, imm, head, tail)
 	qp.sqMu.Unlock()
 	return err
 }
 
-func (qp *QP) postSendInline(id uint64, flags SendFlags, head, tail []byte) error {
+func (qp *QP) postSendInline(id uint64, op Opcode, flags SendFlags, imm uint32, head, tail []byte) error {
 	if qp.closed {
 		return fmt.Errorf("verbs: QP %#x: %w", qp.qpn, ErrClosed)
 	}
@@ -161,7 +172,10 @@ func (qp *QP) postSendInline(id uint64, flags SendFlags, head, tail []byte) erro
 	}
 	slot := qp.sq.NextSlot(0)
 	h := (*rxe.SendWQEHeader)(slot)
-	*h = rxe.SendWQEHeader{WRID: id, Opcode: uint32(OpSend), SendFlags: uint32(flags | Inline)}
+	*h = rxe.SendWQEHeader{WRID: id, Opcode: uint32(op), SendFlags: uint32(flags | Inline)}
+	if op == OpSendWithImm {
+		h.ImmData = beUint32(imm)
+	}
 	qp.ssn++
 	h.SSN = qp.ssn
 	putBytes(putBytes(unsafe.Add(slot, rxe.SendWQEHeaderSize), head), tail)

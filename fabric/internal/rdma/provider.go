@@ -617,24 +617,40 @@ func (v *Provider) Send(peer int, h *wire.Header, payload []byte) bool {
 		payload = nil
 	}
 	hl := wire.VerbsLen(h)
+	// A compact frame when it can be one (wire.Compact): the receiver
+	// takes its source to be this process, and it carries no credits.
+	imm, compact := uint32(0), false
+	if h.Kind == wire.Eager && int(h.Src) == v.me && p.granted == p.told {
+		if imm, compact = wire.Compact(h); compact {
+			hl = 0
+		}
+	}
 	n := hl + len(payload)
 	var err error
 	if n <= vInline {
 		// Unsignaled, and straight from the header on the stack and the
 		// caller's payload into the work request.
 		var hb [wire.VerbsHeaderLen]byte
-		wire.PutVerbs(hb[:hl], h, addr, key, p.granted)
-		err = p.qp.PostSendInline(wrSend|vSendSlots, 0, hb[:hl], payload)
+		if compact {
+			err = p.qp.PostSendInlineImm(wrSend|vSendSlots, 0, imm, nil, payload)
+		} else {
+			wire.PutVerbs(hb[:hl], h, addr, key, p.granted)
+			err = p.qp.PostSendInline(wrSend|vSendSlots, 0, hb[:hl], payload)
+		}
 	} else {
 		if len(v.free) == 0 {
 			return false
 		}
 		slot := v.free[len(v.free)-1]
 		b := v.sendBuf.Bytes()[slot*vSlotSize : slot*vSlotSize+n]
-		wire.PutVerbs(b, h, addr, key, p.granted)
+		op := verbs.OpSendWithImm
+		if !compact {
+			op = verbs.OpSend
+			wire.PutVerbs(b, h, addr, key, p.granted)
+		}
 		copy(b[hl:], payload)
 		v.sge[0] = verbs.SGE{MR: v.sendBuf, Offset: uint64(slot * vSlotSize), Length: uint32(n)}
-		v.wr[0] = verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: verbs.Signaled, Local: v.sge[:]}
+		v.wr[0] = verbs.SendWR{ID: wrSend | uint64(slot), Op: op, Imm: imm, Flags: verbs.Signaled, Local: v.sge[:]}
 		if err = p.qp.PostSend(v.wr[:]...); err == nil {
 			v.free = v.free[:len(v.free)-1]
 		}
@@ -898,7 +914,7 @@ func (v *Provider) TakeDirect(w int, ctx uint32, src, tag int, buf []byte) (n, g
 		k := int(wc.ID &^ wrKindMask)
 		b := v.frame(k, int(wc.ByteLen))
 		var h wire.Header
-		if hl, c, ok := wire.GetVerbs(b, &h); ok && h.Kind == wire.Eager && h.Size <= uint64(len(buf)) && h.Matches(ctx, src, tag) {
+		if hl, c, ok := v.header(p, wc, b, &h); ok && h.Kind == wire.Eager && h.Size <= uint64(len(buf)) && h.Matches(ctx, src, tag) {
 			p.heard(c)
 			copy(buf, b[hl:])
 			v.take(p, k)
@@ -940,7 +956,7 @@ func (v *Provider) complete(wc *verbs.WorkCompletion, from *link) {
 	switch wc.ID & wrKindMask {
 	case wrRecv:
 		critpath.Arrived()
-		v.received(from, i, int(wc.ByteLen))
+		v.received(from, i, wc)
 	case wrSend:
 		v.free = append(v.free, i)
 	case wrRead:
@@ -963,13 +979,24 @@ func (v *Provider) complete(wc *verbs.WorkCompletion, from *link) {
 	}
 }
 
-// received handles a frame from p in receive buffer k.
-func (v *Provider) received(p *link, k, n int) {
-	b := v.frame(k, n)
+// header reads the header of frame b, which p sent and wc received: a
+// compact frame's from the completion's immediate data, with credit
+// count c p's last (a compact frame tells none), any other from b.
+func (v *Provider) header(p *link, wc *verbs.WorkCompletion, b []byte, h *wire.Header) (hl int, c uint32, ok bool) {
+	if wc.Flags&verbs.WCWithImm != 0 {
+		wire.GetCompact(wc.Imm, int32(p.world), len(b), h)
+		return 0, p.limit, true
+	}
+	return wire.GetVerbs(b, h)
+}
+
+// received handles a frame from p in receive buffer k, received by wc.
+func (v *Provider) received(p *link, k int, wc *verbs.WorkCompletion) {
+	b := v.frame(k, int(wc.ByteLen))
 	h := &v.h
-	hl, c, ok := wire.GetVerbs(b, h)
+	hl, c, ok := v.header(p, wc, b, h)
 	if !ok {
-		v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("a %d-byte frame", n)})
+		v.dead = append(v.dead, peerFault{p.world, fmt.Errorf("a %d-byte frame", len(b))})
 		return
 	}
 	p.heard(c)

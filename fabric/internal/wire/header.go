@@ -1,7 +1,7 @@
 //go:build linux
 
 // Package wire is the fabric's frame format: the header in front of every
-// frame the providers move, its kinds, and the shorter form the verbs
+// frame the providers move, its kinds, the shorter forms the verbs
 // provider sends, and the verbs provider's connection handshake.
 // Everything here is little-endian and fixed-size. GetVerbs and ReadHello
 // take bytes as another process sent them and check their length;
@@ -77,6 +77,32 @@ const (
 	VerbsHeaderLen = HeaderLen + 8 // the common form, then the rkey and the credit count
 	VerbsEagerLen  = 20            // an eager frame's: kind, context, source, tag, credits
 )
+
+// A compact frame is an eager frame with no header in its bytes: its
+// header is the 32 bits of immediate data of the send that carries it —
+// the context id in the low half, the tag in the high half — its source
+// is the sending process, and it tells no credits. A message of exactly
+// the link's MTU is then one packet, not two for a 20-byte header that
+// spills over (soft-RoCE over Ethernet: 1 KiB), and every multiple of
+// it one packet less. The verbs provider sends one when the message's
+// source rank is the sender's world rank, its context id and tag fit,
+// and it has no new credits to tell.
+
+// Compact returns the immediate data of h's compact frame, or ok false
+// when h has none: not an eager frame, or a context id or tag of more
+// than 16 bits.
+func Compact(h *Header) (imm uint32, ok bool) {
+	if h.Kind != Eager || h.Ctx > 0xffff || h.Tag < 0 || h.Tag > 0xffff {
+		return 0, false
+	}
+	return h.Ctx | uint32(h.Tag)<<16, true
+}
+
+// GetCompact reads the header of a compact frame of n bytes from the
+// process whose rank is src.
+func GetCompact(imm uint32, src int32, n int, h *Header) {
+	*h = Header{Kind: Eager, Ctx: imm & 0xffff, Src: src, Tag: int32(imm >> 16), Size: uint64(n)}
+}
 
 // VerbsLen is the length of h's verbs header.
 func VerbsLen(h *Header) int {

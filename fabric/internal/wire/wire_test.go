@@ -110,3 +110,37 @@ func FuzzReadHello(f *testing.F) {
 		}
 	})
 }
+
+// TestCompact: the compact form holds a context id and a tag of 16 bits
+// each and nothing else; GetCompact gives back the header, its source
+// the sender and its size the frame's.
+func TestCompact(t *testing.T) {
+	for _, h := range []Header{
+		{Kind: Eager, Ctx: 0, Tag: 0},
+		{Kind: Eager, Ctx: 0xffff, Tag: 0xffff},
+		{Kind: Eager, Ctx: 12, Tag: 7},
+	} {
+		imm, ok := Compact(&h)
+		if !ok {
+			t.Errorf("%+v: no compact form", h)
+			continue
+		}
+		var got Header
+		GetCompact(imm, 5, 1024, &got)
+		if want := (Header{Kind: Eager, Ctx: h.Ctx, Src: 5, Tag: h.Tag, Size: 1024}); got != want {
+			t.Errorf("%+v: back as %+v, want %+v", h, got, want)
+		}
+	}
+	for _, h := range []Header{
+		{Kind: Eager, Ctx: 0x10000},
+		{Kind: Eager, Tag: 0x10000},
+		{Kind: Eager, Tag: -1},
+		{Kind: RTS},
+		{Kind: FIN},
+		{Kind: Notice},
+	} {
+		if imm, ok := Compact(&h); ok {
+			t.Errorf("%+v: compact form %#x", h, imm)
+		}
+	}
+}
