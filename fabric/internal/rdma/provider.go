@@ -980,8 +980,8 @@ func (v *Provider) complete(wc *verbs.WorkCompletion, from *link) {
 }
 
 // header reads the header of frame b, which p sent and wc received: a
-// compact frame's from the completion's immediate data, with credit
-// count c p's last (a compact frame tells none), any other from b.
+// compact frame's from the completion's immediate data (it tells no
+// credits, so c is the count already heard from p), any other's from b.
 func (v *Provider) header(p *link, wc *verbs.WorkCompletion, b []byte, h *wire.Header) (hl int, c uint32, ok bool) {
 	if wc.Flags&verbs.WCWithImm != 0 {
 		wire.GetCompact(wc.Imm, int32(p.world), len(b), h)
