@@ -127,8 +127,8 @@ func WithProcessTuning(on bool) Option { return func(o *options) { o.tune = on }
 // find nothing, when every peer of the process is reached over verbs on
 // another node — on soft-RoCE a spinning rank takes the CPU its NIC, the
 // kernel, needs (docs/fabric.md) — and spins, then yields, otherwise;
-// WaitPoll always spins, then yields. The RIVET_WAIT environment variable sets the same
-// ("auto", "poll"), and an Option wins over it.
+// WaitPoll always spins, then yields. The RIVET_WAIT environment
+// variable sets the same ("auto", "poll"), and an Option wins over it.
 func WithWaitMode(mode string) Option { return func(o *options) { o.wait = mode } }
 
 // DefaultHeartbeat is the period of a process's heartbeat unless

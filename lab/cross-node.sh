@@ -17,6 +17,7 @@
 #   bash lab/cross-node.sh                       # ROUNDS=5
 #   ROUNDS=3 SIZES="4096 65536" TESTS="bw raw_bw" bash lab/cross-node.sh
 #   RESULTS=docs/results bash lab/cross-node.sh  # also writes each program's medians, cross-PROG.txt, for rivet plot
+#       # (a run of some SIZES replaces those rows of the files there)
 #   WHY="rivet_bw ompi_bw ib_send_bw ib_send_bw:-e ib_write_bw perf_write_bw" PSIZE=8192 bash lab/cross-node.sh
 #       # one run each, with where each node's CPU went and rxe's counters
 #       # (PROG:ARG,… adds ARGs to a raw stream's command line; PSIZE may
@@ -74,7 +75,29 @@ if [ "${1:-}" != --in-vm ]; then
 		WHY="${WHY:-}" PSIZE="${PSIZE:-}" TRACE="${TRACE:-}" \
 		bash "$0" --in-vm >"$out/vm" || status=$?
 	if [ -n "${RESULTS:-}" ]; then # the VM's files come out on its stdout
-		awk -v d="$RESULTS" '/^=== FILE /{f = d "/" $3; printf "" >f; next} f {print >>f; next} {print}' "$out/vm"
+		awk -v d="$RESULTS" '/^=== FILE /{f = d "/" $3 ".new"; printf "" >f; next} f {print >>f; next} {print}' "$out/vm"
+		# A run of some sizes replaces those rows of a file there
+		# already and keeps the others, its title saying so.
+		for f in "$RESULTS"/cross-*.txt.new; do
+			[ -e "$f" ] || continue
+			old=${f%.new}
+			if [ -s "$old" ]; then
+				awk 'FNR == NR { if ($1 !~ /^#/) row[$1] = $0; else if (FNR == 1) title = $0; next }
+					FNR == 1 && /^# / { old = substr($0, 3); next }
+					/^#/ { next }
+					!($1 in row) { row[$1] = $0; kept = 1 }
+					END {
+						print title (kept ? "; the other sizes: " old : "")
+						print "# Size      Value"
+						fflush()
+						for (s in row) print row[s] | "sort -n"
+					}' "$f" "$old" >"$f.merged"
+				mv "$f.merged" "$old"
+				rm "$f"
+			else
+				mv "$f" "$old"
+			fi
+		done
 	else
 		sed '/^=== FILE /,$d' "$out/vm"
 	fi
