@@ -104,9 +104,13 @@ type Silence struct {
 	prev  time.Time // the last look
 	count uint64    // what the heartbeat showed at moved
 	known bool      // a count has been seen
-	stall time.Time // the last look that came late: the observer's own silence
-	why   string    // the evidence of a conviction
-	deaf  bool      // the last conviction was for unanswered reads
+	// absent is the observer's own silence since moved, and unheard
+	// since the last read answered (heard): of each interval between
+	// two looks, what exceeds two ticks.
+	absent, unheard time.Duration
+	heard           time.Time
+	why             string // the evidence of a conviction
+	deaf            bool   // the last conviction was for unanswered reads
 }
 
 // NewSilence is a measure under times o, started at now.
@@ -119,7 +123,8 @@ func NewSilence(o Times, now time.Time) *Silence {
 // Restart measures afresh from now, with no count known (a new observed
 // process).
 func (s *Silence) Restart(now time.Time) {
-	s.since, s.moved, s.prev, s.known, s.stall, s.deaf = now, now, now, false, time.Time{}, false
+	s.since, s.moved, s.prev, s.known, s.absent, s.deaf = now, now, now, false, 0, false
+	s.heard, s.unheard = time.Time{}, 0
 }
 
 // Look takes the reading b that a look at now found, and returns the
@@ -134,14 +139,20 @@ func (s *Silence) Restart(now time.Time) {
 // evidence (see judge).
 func (s *Silence) Look(now time.Time, b Reading, probe func() Runstate) (v Verdict, left time.Duration) {
 	prev := s.prev
-	if now.Sub(prev) > 2*s.o.Tick {
+	if gap := now.Sub(prev); gap > 2*s.o.Tick {
 		// This process was not looking (descheduled, or its own
 		// goroutines starved the ticker): a silence measured across that
-		// may be its own, and only the kernel's word can convict
-		// across it (see judge).
-		s.stall = now
+		// may be its own, and only the kernel's word counts it (see
+		// judge).
+		s.absent += gap - 2*s.o.Tick
+		s.unheard += gap - 2*s.o.Tick
 	}
 	s.prev = now
+	if !b.At.Equal(s.heard) {
+		// A read was answered since the last look. (One the observer's
+		// own node did not send while it was held is not unanswered.)
+		s.heard, s.unheard = b.At, 0
+	}
 	switch {
 	case !b.At.IsZero() && (!s.known || b.Count != s.count):
 		// The beat came before the read that showed it, and after the
@@ -149,7 +160,7 @@ func (s *Silence) Look(now time.Time, b Reading, probe func() Runstate) (v Verdi
 		// read — never earlier, or a read that was itself late (its
 		// goroutine descheduled after the tick) would make a silence
 		// out of the delay — unless the read is older than the last look.
-		s.count, s.known, s.moved = b.Count, true, b.At
+		s.count, s.known, s.moved, s.absent = b.Count, true, b.At, 0
 		if b.At.Before(prev) {
 			s.moved = now
 		}
@@ -159,7 +170,7 @@ func (s *Silence) Look(now time.Time, b Reading, probe func() Runstate) (v Verdi
 		// connected) convicts nobody by itself. A connection refused
 		// fails the process; one that gets no answer may be to a dead
 		// node, which never answers: after Timeout, its node is asked.
-		s.moved = now
+		s.moved, s.absent = now, 0
 		if now.Sub(s.since) >= s.o.Timeout {
 			return Unreached, 0
 		}
@@ -192,20 +203,19 @@ func (s *Silence) judge(now time.Time, b Reading, probe func() Runstate) Verdict
 	case RunAsleep, RunWaiting:
 		return Stalled
 	}
-	// Jitter guard: without the kernel's word, a silence counts only
-	// from this process's own last stall.
-	since := s.moved
-	if s.stall.After(since) {
-		since = s.stall
-	}
+	// Jitter guard: without the kernel's word, a silence (and a read
+	// unanswered) counts only the time this process was looking. It is
+	// not a window free of late looks: a loaded host makes some look late
+	// every few seconds, and a dead node would then never be convicted.
+	silence := now.Sub(s.moved) - s.absent
 	switch {
-	case now.Sub(since) < s.o.Timeout:
+	case silence < s.o.Timeout:
 		return Stalled
-	case now.Sub(b.At) >= s.o.Timeout/2:
+	case now.Sub(b.At)-s.unheard >= s.o.Timeout/2:
 		s.why = fmt.Sprintf("no read of it was answered for %v", now.Sub(b.At).Round(time.Millisecond))
 		s.deaf = true
 		return Convicted
-	case now.Sub(since) >= s.o.Unconfirmed:
+	case silence >= s.o.Unconfirmed:
 		s.why = "its node cannot say why"
 		return Convicted
 	}

@@ -8,9 +8,12 @@ import (
 // TestSilence: the detector's measure of a heartbeat convicts a process
 // its node's kernel says is stopped when the silence since the look that
 // saw it move reaches Timeout — at that moment, between ticks if need
-// be, never before — and not after a look that came late (the
-// observer's own silence) or before any count was read (its node is asked
-// instead, once the watch is Timeout old). And it convicts
+// be, never before — and not before any count was read (its node is
+// asked instead, once the watch is Timeout old). Without the kernel's
+// word the silence counts only the time the observer was looking (the
+// jitter guard): a late look's interval beyond two ticks is left out, and
+// late looks again and again delay a conviction, never stop it. And it
+// convicts
 // only on evidence: never a process that waits to run or sleeps, however
 // long; one on another node when reads go unanswered, or after
 // Unconfirmed.
@@ -54,8 +57,18 @@ func TestSilence(t *testing.T) {
 			{100, 1, true, Stalled, 0, 0},
 			{400, 1, true, Stalled, 0, 0}, // 300 ms since the last look
 			{500, 1, true, Stalled, 0, 500},
-			{600, 1, true, Stalled, 0, 500}, // unanswered, but only 200 ms since the stall
+			{600, 1, true, Stalled, 0, 500}, // unanswered for 100 ms
 			{650, 1, true, Convicted, 0, 500},
+		}, []Runstate{RunUnknown}},
+		{"the observer's absence is not counted", []look{
+			{0, 1, true, Beating, 0, -0.001},
+			{400, 1, true, Stalled, 0, -0.001}, // 400 ms, 200 of them counted
+			{450, 1, true, Convicted, 0, -0.001},
+		}, []Runstate{RunUnknown}},
+		{"late looks again and again delay a conviction, never stop it", []look{
+			{0, 1, true, Beating, 0, -0.001},
+			{250, 1, true, Stalled, 0, -0.001}, // each look 50 ms late
+			{500, 1, true, Convicted, 0, -0.001},
 		}, []Runstate{RunUnknown}},
 		{"a late look convicts on the kernel's word", []look{
 			{0, 1, true, Beating, 0, 0},
@@ -158,6 +171,45 @@ func TestSilence(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSilenceHeldObserver: an observer held for a second (its whole
+// node, in a virtual machine, so its read was not even sent) does not
+// count that second as its read going unanswered: a process on another
+// node whose reads were answered but whose heartbeat stood still for the
+// timeout is convicted only once a read goes unanswered for half the
+// timeout of the observer's own looking — not at the first look after
+// the hold, which finds the last read, sent before it, still open.
+func TestSilenceHeldObserver(t *testing.T) {
+	ms := time.Millisecond
+	o := Times{Timeout: 2000 * ms, Tick: 5 * ms, StalledAfter: 500 * ms, Unconfirmed: 20000 * ms}
+	t0 := time.Unix(1000, 0)
+	s := NewSilence(o, t0)
+	unknown := func() Runstate { return RunUnknown }
+	look := func(at, read time.Duration) Verdict {
+		v, _ := s.Look(t0.Add(at), Reading{Count: 1, At: t0.Add(read)}, unknown)
+		return v
+	}
+	if v := look(0, 0); v != Beating {
+		t.Fatalf("first look: %d", v)
+	}
+	// Reads answered every tick, the count standing still (a starved
+	// heartbeat thread): stalled, never convicted before Unconfirmed.
+	for at := 5 * ms; at <= 2500*ms; at += 5 * ms {
+		if v := look(at, at); v != Stalled && v != Quiet {
+			t.Fatalf("answered look at %v: verdict %d", at, v)
+		}
+	}
+	// The observer held from 2500 to 3500 ms; its read of 2500 ms is
+	// still open when it looks again, and for as long as it looks.
+	for at := 3500 * ms; at < 4490*ms; at += 5 * ms {
+		if v := look(at, 2500*ms); v != Stalled {
+			t.Fatalf("look at %v, %v after the hold: verdict %d, want stalled", at, at-3500*ms, v)
+		}
+	}
+	if v := look(4490*ms, 2500*ms); v != Convicted {
+		t.Fatalf("look at 4490 ms, the read unanswered for 1 s of the observer's looking: verdict %d, want convicted", v)
 	}
 }
 
