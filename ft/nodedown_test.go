@@ -60,8 +60,9 @@ func progNodeDown(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	dead := n - nodeDownFirst
 	// A hang guard, not a bound on detection: the first conviction needs
-	// the timeout's worth of the observer's looking, and a look counts at
-	// least 2 ticks (10 ms) however late it comes — 200 looks.
+	// the timeout's worth of the observer's looking, to which a look on
+	// time adds its tick (5 ms) and a late one two ticks — 200 to 400
+	// looks, however late they come.
 	for end := time.Now().Add(3 * time.Minute); w.GetFailed().Size() < dead; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
 			failf("3 minutes after node 3 died, rank %d knows %v failed, not all of ranks %d to %d", me, w.GetFailed().Members(), nodeDownFirst, n-1)
