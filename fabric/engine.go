@@ -71,6 +71,8 @@ type engine struct {
 	// while a goroutine sleeps on it.
 	idler  idler
 	idling atomic.Bool
+	// waits counts what idle waits did past their spin (waitmode.go).
+	waits idleCounts
 	// direct is the world rank whose frames a blocking receive is
 	// reading itself (recvDirect), -1 if none: polls leave them to it.
 	direct  int
@@ -610,9 +612,11 @@ func (e *engine) backoff(i int) {
 	case i < e.spin:
 	case e.idler != nil && e.idle():
 	case i < 1<<17:
+		e.waits.yields.Add(1)
 		runtime.Gosched()
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 	default:
+		e.waits.yields.Add(1)
 		time.Sleep(50 * time.Microsecond)
 	}
 }

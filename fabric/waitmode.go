@@ -5,6 +5,7 @@ package fabric
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,9 +56,18 @@ func (e *engine) idle() bool {
 	e.mu.Unlock()
 	if ok {
 		e.idler.sleep(idleWait)
+		e.waits.sleeps.Add(1)
 	}
 	e.idling.Store(false)
 	return ok
+}
+
+// idleCounts counts the rounds of waits that went on past their spin:
+// those that slept on the idler and those that yielded the CPU (or slept
+// 50 µs) instead. A wait that sleeps by event yields only when a
+// completion beat its arm; one that does not yields every round.
+type idleCounts struct {
+	sleeps, yields atomic.Uint64
 }
 
 // Wait modes (WithWaitMode, RIVET_WAIT).
