@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -83,6 +84,16 @@ func run(argv []string) int {
 	accel := fs.String("accel", env("RXEVM_ACCEL", "auto"), "`accelerator`: auto (probe KVM once, else TCG), kvm, tcg ($RXEVM_ACCEL)")
 	mem := fs.String("m", env("RXEVM_MEM", ""), "guest `memory`: default 2G, 1G per cluster node ($RXEVM_MEM)")
 	cpus := fs.Int("smp", 0, "guest `vCPUs`: default 2, 1 per cluster node")
+	var tscDefault uint64
+	if v := os.Getenv("RXEVM_TSC_KHZ"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "rxevm: RXEVM_TSC_KHZ=%q is not a rate in kHz\n", v)
+			return exitRunner
+		}
+		tscDefault = n
+	}
+	tscKHz := fs.Uint64("tsc-khz", tscDefault, "under TCG, the time-stamp counter's `rate` in kHz the guest kernel is told; default the host's, measured ($RXEVM_TSC_KHZ)")
 	nodeCmd := fs.String("node-cmd", "", "in a cluster, the shell `command` nodes 2… run while node 1 runs the command")
 	quiet := fs.Bool("q", false, "do not print the topology banner on stderr")
 	verbose := fs.Bool("v", false, "print kernel, accelerator and timings on stderr (and a cluster switch's dropped frames)")
@@ -132,12 +143,12 @@ func run(argv []string) int {
 	res, err := vm.Run(ctx, vm.Config{
 		Args: fs.Args(), Env: guestEnv, Dir: wd, Topology: topo,
 		Kernel: *kernel, QEMU: *qemu, CacheDir: *cache, Timeout: *timeout, StartTimeout: *startTimeout,
-		Accel: vm.Accel(*accel), Memory: *mem, CPUs: *cpus, Quiet: *quiet, NodeArgs: nodeArgs,
+		Accel: vm.Accel(*accel), Memory: *mem, CPUs: *cpus, TSCkHz: *tscKHz, Quiet: *quiet, NodeArgs: nodeArgs,
 		Stdout: os.Stdout, Stderr: os.Stderr,
 	})
 	if *verbose {
-		fmt.Fprintf(os.Stderr, "rxevm: kernel %s, accel %s, guest boot %v, total %v\n",
-			res.Kernel, res.Accel, res.Boot.Round(time.Millisecond), res.Total.Round(time.Millisecond))
+		fmt.Fprintf(os.Stderr, "rxevm: kernel %s, accel %s, guest TSC %d kHz, guest boot %v, total %v\n",
+			res.Kernel, res.Accel, res.TSCkHz, res.Boot.Round(time.Millisecond), res.Total.Round(time.Millisecond))
 		if topo.Nodes() > 1 {
 			fmt.Fprintf(os.Stderr, "rxevm: the switch dropped %d frames at full nodes\n", res.Dropped)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rivet-hpc/rivet/internal/testutil"
+	"github.com/rivet-hpc/rivet/internal/tsc"
 )
 
 // These tests build rxevm and boot real VMs (about 6 s each under TCG).
@@ -114,6 +116,37 @@ func TestStartTimeout(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("took %v to give up on two 1s starts", d)
 	}
+}
+
+// TestGuestClock: a TCG guest's kernel is told the host's counter rate
+// (the guest's counter is the host's), and a guest whose clock does not
+// keep the host's time — its kernel told a rate eight times too low, as
+// a loaded host once led one to measure four times too low — does not
+// run the command: the runner fails, saying so. Eight times fast, the
+// clock is 7 s ahead of the RTC a second after boot, against the 3 s the
+// check allows.
+func TestGuestClock(t *testing.T) {
+	testutil.RequireVM(t)
+	host := tsc.KHz(50 * time.Millisecond)
+	if host == 0 {
+		t.Skip("no time-stamp counter")
+	}
+	r := runVM(t, "", "-q", "-v", "sh", "-c", "cat /proc/cmdline")
+	m := regexp.MustCompile(`accel (\w+), guest TSC (\d+) kHz`).FindStringSubmatch(r.stderr)
+	if r.status != 0 || m == nil {
+		t.Fatalf("status %d, stdout %q, stderr:\n%s", r.status, r.stdout, r.stderr)
+	}
+	if m[1] == "tcg" {
+		khz, _ := strconv.ParseUint(m[2], 10, 64)
+		if diff := max(khz, host) - min(khz, host); diff*100 > host || !strings.Contains(" "+strings.TrimSpace(r.stdout)+" ", " tsc_early_khz="+m[2]+" ") {
+			t.Errorf("guest told %s kHz (the host's: %d kHz); its kernel command line: %s", m[2], host, r.stdout)
+		}
+	}
+	r = runVM(t, "", "-q", "-accel", "tcg", "-tsc-khz", strconv.FormatUint(host/8, 10), "echo", "ran")
+	if r.status != exitRunner || r.stdout != "" || !strings.Contains(r.stderr, "the guest's clock does not keep the host's time") {
+		t.Errorf("told an eighth of the rate: status %d, stdout %q, stderr:\n%s", r.status, r.stdout, r.stderr)
+	}
+	t.Logf("told an eighth of the rate: %s", r.stderr)
 }
 
 // TestStreaming checks that output arrives while the command runs, and that

@@ -66,6 +66,12 @@ func agentRun() status {
 		st.Setup = err.Error()
 		return st
 	}
+	if st.Clock = checkClock(); st.Clock != "" {
+		if sp.Node > 1 { // (node 1's status says it)
+			fmt.Fprintf(errOut, "rxevm: %s: %v: %s\n", NodeName(sp.Node), ErrClock, st.Clock)
+		}
+		return st
+	}
 	if sp.Node > 0 {
 		os.MkdirAll(ClusterShared, 0o755)
 		if err := unix.Mount(clusterTag, ClusterShared, "9p", 0, "trans=virtio,version=9p2000.L,msize=262144"); err != nil {

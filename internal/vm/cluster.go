@@ -188,6 +188,8 @@ func bootCluster(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel,
 
 	st, stErr := readStatus(shares[0])
 	switch {
+	case stErr == nil && st.Clock != "":
+		return fmt.Errorf("%w: %s", ErrClock, st.Clock)
 	case stErr == nil && st.Setup != "":
 		return fmt.Errorf("%w: %s", ErrTopology, st.Setup)
 	case stErr == nil:

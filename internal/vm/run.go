@@ -65,6 +65,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.Accel = accel
+	if accel == AccelTCG {
+		if cfg.TSCkHz == 0 {
+			cfg.TSCkHz = hostTSC()
+		}
+		res.TSCkHz = cfg.TSCkHz
+	} else {
+		cfg.TSCkHz = 0
+	}
 
 	runCtx := ctx
 	if cfg.Timeout > 0 {
@@ -150,6 +158,8 @@ func boot(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel, initrd
 
 	st, stErr := readStatus(share)
 	switch {
+	case stErr == nil && st.Clock != "":
+		return fmt.Errorf("%w: %s", ErrClock, st.Clock)
 	case stErr == nil && st.Setup != "":
 		return fmt.Errorf("%w: %s", ErrTopology, st.Setup)
 	case stErr == nil:
@@ -288,6 +298,9 @@ func qemuArgs(cfg Config, accel Accel, k Kernel, initrd, share, console, extraCm
 	// doesn't work"), which under TCG on a loaded host it may not: a
 	// fresh-clone run of the suite beside busy processes lost a node so.
 	cmdline := "console=ttyS0 panic=-1 loglevel=4 rdinit=/init tsc=reliable no_timer_check"
+	if cfg.TSCkHz > 0 && accel != AccelKVM {
+		cmdline += fmt.Sprintf(" tsc_early_khz=%d", cfg.TSCkHz)
+	}
 	if extraCmdline != "" {
 		cmdline += " " + extraCmdline
 	}

@@ -37,6 +37,9 @@ var (
 	ErrTopology = errors.New("topology could not be built")
 	// ErrNoQEMU means the qemu binary was not found.
 	ErrNoQEMU = errors.New("qemu not found")
+	// ErrClock means the guest's clock did not keep the host's time: its
+	// kernel misjudged the rate of its time-stamp counter.
+	ErrClock = errors.New("the guest's clock does not keep the host's time")
 )
 
 // Topology names a network set-up that is built inside the VM before the
@@ -132,6 +135,11 @@ type Config struct {
 	Memory       string // guest memory, qemu syntax; "" means 2G
 	CPUs         int    // guest vCPUs; 0 means 2
 	Quiet        bool   // suppress the topology banner on stderr
+	// TSCkHz is, under TCG, the rate in kHz the guest kernel is told its
+	// time-stamp counter runs at (tsc_early_khz): 0 means the host's, which
+	// the guest's counter is, measured once per process (guestclock.go).
+	// Ignored under KVM, whose guests get the rate from the hypervisor.
+	TSCkHz uint64
 	// NodeArgs is what the other nodes of a cluster run (with the same
 	// environment and directory) while node 1 runs Args; nil runs
 	// nothing. They are killed when node 1's command ends.
@@ -153,6 +161,7 @@ type Result struct {
 	Accel    Accel          // the accelerator used
 	Kernel   string         // the kernel version booted
 	Boot     time.Duration  // the guest kernel's uptime when the agent started: boot time as the guest counts it
+	TSCkHz   uint64         // the TSC rate the guest kernel was told, in kHz; 0 if none
 	Total    time.Duration  // the whole run, as the host saw it
 	Dropped  uint64         // in a cluster, frames its switch dropped at a full (or absent) node
 }
@@ -181,5 +190,6 @@ type status struct {
 	Exit      int
 	Signal    int
 	Setup     string // non-empty: the topology or the command could not be set up
+	Clock     string // non-empty: the guest's clock is off the host's by this much
 	BootNanos int64  // guest uptime when the agent started
 }
