@@ -157,6 +157,14 @@ func InitWith(ctx context.Context, b bootstrap.Bootstrap, opts ...Option) (*Endp
 			return nil, err
 		}
 	}
+	if d, ok := ep.boot.(bootstrap.Detacher); ok {
+		// The launcher would end the job when this process dies: leave
+		// it, now that every address is read (bootstrap.Detacher).
+		if err := d.Detach(); err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("fabric: leaving the launcher after Init: %w", err)
+		}
+	}
 	// What Init exchanged with the launcher and the node's processes
 	// grows with their number and is garbage now. Left to the collector,
 	// which starts only once the heap reaches 4 MiB, it stayed in every
@@ -419,16 +427,19 @@ func awaitSegment(ctx context.Context, r int, path string, pid int) error {
 
 // connectVerbs routes the peers in remote over verbs. Connections are
 // made on first use (see fabric/internal/rdma/connect.go), and the peers'
-// addresses read then — unless a rank of the job hosts the bootstrap's
-// store (a Forgetter): the store may die with that rank, and survivors
-// that had not talked yet must still reach each other, so they read every
-// address now.
+// addresses read then — unless the launcher may be gone by then: a rank
+// of the job hosts the bootstrap's store (a Forgetter), which may die with
+// it, or Init leaves the launcher (a Detacher). Survivors that had not
+// talked yet must still reach each other, so they read every address now.
 func (ep *Endpoint) connectVerbs(ctx context.Context, remote []int) error {
 	v := ep.verbs
 	if v == nil {
 		return nil
 	}
 	_, eager := ep.boot.(bootstrap.Forgetter)
+	if _, detach := ep.boot.(bootstrap.Detacher); detach {
+		eager = true
+	}
 	for _, r := range remote {
 		if eager {
 			addr, err := ep.boot.Get(ctx, r, "verbs")

@@ -4,21 +4,60 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/ft"
 	"github.com/rivet-hpc/rivet/internal/slurmtest"
 )
 
 // The tests start a real Slurm — munged, slurmctld, two slurmd on this
 // host (n1, n2) — and run Rivet's programs under it, built as a user
 // builds them.
+
+// survivorsFor is how long the survivors of TestSlurm's "survivors" live
+// on after they learn a rank died.
+const survivorsFor = 3 * time.Second
+
+// survivors is the rank program of TestSlurm's "survivors": rank 2 of 4
+// dies by SIGKILL once every rank is past Init and the detector's start;
+// the others learn it (the same kernel's pidfd), live on survivorsFor,
+// and say they survived.
+func survivors() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ep, err := fabric.Init(ctx)
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	d, err := ft.Start(ctx, ep, ft.Options{})
+	if err != nil {
+		return err
+	}
+	defer d.Stop()
+	const victim = 2
+	w := ep.World()
+	if w.Rank() == victim {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	if _, err := w.Recv(ctx, nil, victim, 96); !errors.Is(err, fabric.ErrProcFailed) { // never sent
+		return fmt.Errorf("rank %d: a receive from the dead rank: %v", w.Rank(), err)
+	}
+	time.Sleep(survivorsFor)
+	fmt.Printf("rank %d survived\n", w.Rank())
+	return nil
+}
 
 // build compiles rivet and the examples the tests run into a directory
 // and returns it.
@@ -151,6 +190,28 @@ func TestSlurm(t *testing.T) {
 			}
 		})
 	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range modes {
+		t.Run(m.name+"/survivors", func(t *testing.T) {
+			// Rank 2 dies once every rank is past Init; the others learn
+			// it and live on, survivorsFor past that, and say so. Slurm's
+			// PMIx plugin kills the step about a second after a client it
+			// still serves dies: survivorsFor is what gives this test the
+			// power to see that, not a bound the survivors must meet.
+			out, errs, st := srun(t, m, []string{progEnv + "=survivors"}, "--kill-on-bad-exit=0", "--no-kill", "-l", "-N2", "-n4", self)
+			for _, r := range []int{0, 1, 3} {
+				if want := fmt.Sprintf("%d: rank %d survived\n", r, r); !strings.Contains(out, want) {
+					t.Errorf("no %q", want)
+				}
+			}
+			if st != 128+9 || strings.Contains(errs, "CANCELLED") || t.Failed() {
+				t.Errorf("srun status %d (want 137, the dead rank's)\n%s\n%s", st, out, errs)
+			}
+		})
+	}
 	t.Run("pmi2/respawn", func(t *testing.T) {
 		// Task 2 of 3 dies at step 4; the survivors spawn its replacement
 		// through Slurm's PMI-2 server, which runs it as a step of its
@@ -166,12 +227,13 @@ func TestSlurm(t *testing.T) {
 		}
 	})
 	t.Run("pmix/respawn", func(t *testing.T) {
-		// Slurm 22.05's PMIx plugin serves no spawn: the survivors' spawn
-		// of a replacement fails at once, saying so, rather than waiting.
+		// Slurm 22.05's PMIx plugin serves no spawn (and Init has left
+		// it): the survivors' spawn of a replacement fails at once,
+		// saying so, rather than waiting.
 		out, errs, _ := srun(t, modes[1], []string{"FT_EXAMPLE_KILL=2:step4", "RIVET_UNIVERSE_SIZE=8"},
 			"--kill-on-bad-exit=0", "--no-kill", "-l", "-N2", "-n3", "./ftrespawn")
-		if !strings.Contains(errs, "PMIX_ERR_NOT_SUPPORTED") || strings.Contains(out, "checksum") {
-			t.Errorf("want the spawn refused (PMIX_ERR_NOT_SUPPORTED)\n%s\n%s", out, errs)
+		if !strings.Contains(errs, "the launcher (pmix) does not spawn processes: not supported") || strings.Contains(out, "checksum") {
+			t.Errorf("want the spawn refused (not supported)\n%s\n%s", out, errs)
 		}
 	})
 	t.Run("size mismatch", func(t *testing.T) {

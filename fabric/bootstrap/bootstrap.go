@@ -64,6 +64,17 @@ type Forgetter interface {
 	Forget(rank int)
 }
 
+// Detacher is the optional method of a Bootstrap whose launcher ends the
+// job when a process it still serves dies: Slurm's PMIx plugin kills the
+// step when a client's connection is lost before it finalized. Detach,
+// called once every process has read what it needs (fabric.Init reads
+// every peer's address first), leaves the launcher, so that a process's
+// death later is a fault the others can survive. After Detach only Rank,
+// Size, Launcher and Close may be called; Close does nothing more.
+type Detacher interface {
+	Detach() error
+}
+
 // JobNamer is the optional method of a Bootstrap that knows the
 // launcher's name for the job (PMI's KVS name).
 type JobNamer interface {
@@ -100,6 +111,9 @@ func Detect(ctx context.Context) (Bootstrap, error) {
 		if err := checkSlurmPMIx(px); err != nil {
 			px.Finalize(ctx)
 			return nil, err
+		}
+		if isSlurmPMIx(px) {
+			return &slurmPMIx{&pmixBootstrap{c: px}}, nil
 		}
 		return &pmixBootstrap{c: px}, nil
 	case !errors.Is(err, pmix.ErrNoServer):

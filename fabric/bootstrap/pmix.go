@@ -109,6 +109,34 @@ func (b *pmixBootstrap) Close() error {
 	return nil
 }
 
+// slurmPMIx is srun --mpi=pmix's server. Slurm's PMIx plugin kills the
+// step when a client's connection is lost before it finalized (its error
+// handler: "Error handler invoked: status = -61", then "STEP … CANCELLED"
+// about a second later, every survivor killed), so it is a Detacher:
+// Init finalizes once it has read what it needs, and a process that dies
+// afterwards is a fault the others survive, as under srun --mpi=pmi2.
+// Slurm 22.05's plugin serves no spawn, and neither does this.
+type slurmPMIx struct{ b *pmixBootstrap }
+
+func (s *slurmPMIx) Rank() int        { return s.b.Rank() }
+func (s *slurmPMIx) Size() int        { return s.b.Size() }
+func (s *slurmPMIx) Launcher() string { return s.b.Launcher() }
+func (s *slurmPMIx) JobID() string    { return s.b.JobID() }
+func (s *slurmPMIx) Put(ctx context.Context, key string, value []byte) error {
+	return s.b.Put(ctx, key, value)
+}
+func (s *slurmPMIx) Fence(ctx context.Context) error { return s.b.Fence(ctx) }
+func (s *slurmPMIx) Get(ctx context.Context, rank int, key string) ([]byte, error) {
+	return s.b.Get(ctx, rank, key)
+}
+func (s *slurmPMIx) Nodes(ctx context.Context) ([]int, error) { return s.b.Nodes(ctx) }
+
+// Detach implements Detacher: it finalizes.
+func (s *slurmPMIx) Detach() error { return s.b.Close() }
+
+// Close finalizes, unless Detach did.
+func (s *slurmPMIx) Close() error { return s.b.Close() }
+
 // A PMIx spawn has no key-value space the spawner can write before its
 // children start, so the spawner hands them its namespace and the preput
 // keys in their environment.

@@ -86,11 +86,17 @@ func checkSlurmPMI(c *pmi.Client) error {
 // checkSlurmPMIx is checkSlurmPMI for srun --mpi=pmix, whose plugin names
 // the job "slurm.pmix.JOBID.STEPID".
 func checkSlurmPMIx(c *pmix.Client) error {
-	j, s := os.Getenv("SLURM_JOB_ID"), os.Getenv("SLURM_STEP_ID")
-	if j == "" || s == "" || c.Nspace() != "slurm.pmix."+j+"."+s {
+	if !isSlurmPMIx(c) {
 		return nil
 	}
 	return checkSlurmStep("PMIx", c.Rank(), c.Size())
+}
+
+// isSlurmPMIx reports whether c's server is srun's (its namespace is the
+// step's: slurm.pmix.JOB.STEP), not, say, an mpirun's in an allocation.
+func isSlurmPMIx(c *pmix.Client) bool {
+	j, s := os.Getenv("SLURM_JOB_ID"), os.Getenv("SLURM_STEP_ID")
+	return j != "" && s != "" && c.Nspace() == "slurm.pmix."+j+"."+s
 }
 
 // checkSlurmStep checks that srun's server (PMI or PMIx) and the step's
