@@ -31,14 +31,13 @@ func pinForTest() {
 	if v == "" {
 		return
 	}
-	cpu, _ := strconv.Atoi(v)
-	var set unix.CPUSet
-	set.Set(cpu)
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, t := range tasks {
-		if tid, err := strconv.Atoi(t.Name()); err == nil {
-			unix.SchedSetaffinity(tid, &set)
-		}
+	cpu, err := strconv.Atoi(v)
+	if err == nil {
+		err = testutil.PinProcess(cpu)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "TUNE_TEST_CPU:", err)
+		os.Exit(2)
 	}
 }
 

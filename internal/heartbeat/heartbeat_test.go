@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
 // words maps n words outside the Go heap, as a heartbeat needs them.
@@ -154,12 +155,8 @@ func TestSpinChild(t *testing.T) {
 		return
 	}
 	// Every thread on one CPU, as rivetrun -bind-to core places a rank.
-	var set unix.CPUSet
-	set.Set(0)
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, d := range tasks {
-		tid, _ := strconv.Atoi(d.Name())
-		unix.SchedSetaffinity(tid, &set)
+	if err := testutil.PinProcess(0); err != nil {
+		t.Fatal(err)
 	}
 	w := words(t, 2)
 	var ticks atomic.Int64
