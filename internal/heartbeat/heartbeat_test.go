@@ -155,7 +155,11 @@ func TestSpinChild(t *testing.T) {
 		return
 	}
 	// Every thread on one CPU, as rivetrun -bind-to core places a rank.
-	if err := testutil.PinProcess(0); err != nil {
+	cpus, err := testutil.CPUs()
+	if err == nil {
+		err = testutil.PinProcess(cpus[0])
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	w := words(t, 2)
