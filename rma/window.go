@@ -135,7 +135,11 @@ type target struct {
 
 // Allocate creates a window of size bytes of memory the window allocates
 // (MPI_Win_allocate), with displacement unit dispUnit; Base returns it.
-// It is collective over c.
+// It is collective over c. A process failure during a creation may make
+// it raise at some members and succeed at others, as every collective
+// may; on a communicator whose error uniformity is fabric.UniformCreate
+// it succeeds everywhere or raises everywhere (so do Create,
+// AllocateShared and CreateDynamic).
 func Allocate(ctx context.Context, c *fabric.Comm, size, dispUnit int, info Info) (*Window, error) {
 	return create(ctx, c, FlavorAllocate, nil, size, dispUnit, info)
 }
@@ -222,7 +226,7 @@ func getLocal(b []byte) fabric.LocalMem {
 	return fabric.LocalMem{PID: int32(le.Uint32(b)), FD: int32(le.Uint32(b[4:])), Off: le.Uint64(b[8:]), Len: le.Uint64(b[16:])}
 }
 
-func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, size, dispUnit int, info Info) (_ *Window, err error) {
+func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, size, dispUnit int, info Info) (*Window, error) {
 	if c == nil {
 		return nil, fabric.ErrComm
 	}
@@ -232,6 +236,30 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 	if info.AccumulateOrdering != "" && info.AccumulateOrdering != "none" && info.AccumulateOrdering != "rar,raw,war,waw" {
 		return nil, fmt.Errorf("%w: accumulate_ordering %q (Rivet knows \"none\" and the default \"rar,raw,war,waw\")", fabric.ErrInvalid, info.AccumulateOrdering)
 	}
+	w, err := build(ctx, c, flavor, base, size, dispUnit, info)
+	if c.ErrorUniform() != fabric.UniformCreate {
+		// A failure during the exchanges may raise here and not at a
+		// member that had what it needed and returned (MPI's default).
+		return w, err
+	}
+	// mpi_error_uniform=create: a window is a communication context, so
+	// its creation succeeds at every member or raises at every member,
+	// and a member whose part succeeded releases it when another's
+	// failed — no process ever targets a window a live member lacks.
+	if err = c.Uniform(ctx, err); err != nil && w != nil {
+		w.release()
+		w = nil
+	}
+	return w, err
+}
+
+// testHookBuilt, when a test sets it, decides this process's outcome of
+// a window creation after every exchange, as if a failure it learned of
+// at the last moment had made its part fail.
+var testHookBuilt func(*Window) error
+
+// build is create's collective part.
+func build(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, size, dispUnit int, info Info) (_ *Window, err error) {
 	ep := c.Endpoint()
 	// Refuse what cannot be exposed before anything collective happens,
 	// so that no process waits for one that gave up.
@@ -354,6 +382,11 @@ func create(ctx context.Context, c *fabric.Comm, flavor Flavor, base []byte, siz
 			}
 		}
 		if err := collectives.Barrier(ctx, comm); err != nil {
+			return nil, err
+		}
+	}
+	if testHookBuilt != nil {
+		if err := testHookBuilt(w); err != nil {
 			return nil, err
 		}
 	}

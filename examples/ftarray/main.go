@@ -14,10 +14,14 @@
 // over the survivors, and keeps the rest. Then the survivors shrink, make
 // a window over the new communicator, move the blocks to their new
 // owners, recompute the dead process's own block (lost with it), and
-// check every element. The answer is the sum over the survivors.
+// check every element. The answer is the sum over the survivors. The
+// window's creation is uniform (fabric.UniformCreate): a process that
+// dies before it leaves every survivor without a window, and each
+// recomputes its whole block.
 //
 //	rivetrun -ft -np 4 go run ./examples/ftarray
 //	FT_EXAMPLE_KILL=2:accumulated rivetrun -ft -np 4 go run ./examples/ftarray
+//	FT_EXAMPLE_KILL=2:start rivetrun -ft -np 4 go run ./examples/ftarray
 package main
 
 import (
@@ -58,39 +62,30 @@ func run(ctx context.Context) error {
 
 	// Phase 1: every process adds its terms into every block, starting
 	// with its right neighbour's.
+	//
+	// A creation, like any collective, may raise at one process and
+	// succeed at another that had all it needed: a process that died
+	// right after its own Allocate returned can make a slower one's
+	// raise. Then the others would sum into a window that process does
+	// not have. Uniform creation rules that out: Allocate succeeds
+	// everywhere or raises everywhere.
+	if err := world.SetErrorUniform(fabric.UniformCreate); err != nil {
+		return err
+	}
+	inject.Point(me, "start") // dies before the window exists
 	win, err := rma.Allocate(ctx, world, 8*block, 8, rma.Info{})
-	if err != nil {
-		return err
-	}
-	// Accumulates are atomic, and nobody takes an exclusive lock: no lock
-	// is needed (NoCheck), so none can fail because a process died.
-	if err := win.LockAll(ctx, rma.NoCheck); err != nil {
-		return err
-	}
-	terms := make([]int64, block)
-	for k := 1; k <= n; k++ {
-		h := (me + k) % n
-		for j := range terms {
-			terms[j] = f(me, h*block+j)
-		}
-		// An accumulate to a process known failed raises; the others go on.
-		if err := rma.Accumulate(ctx, win, terms, h, 0, op.Sum[int64]()); err != nil && !errors.Is(err, fabric.ErrProcFailed) {
-			return err
-		}
-		if k == 1 {
-			inject.Point(me, "accumulated") // dies with one block summed, the others not
-		}
-	}
-	err = win.UnlockAll(ctx)
 	if err != nil && !errors.Is(err, fabric.ErrProcFailed) {
 		return err
 	}
+	ok := 0
+	if err == nil {
+		ok, err = sum(ctx, win, me, n)
+		if err != nil {
+			return err
+		}
+	}
 	// Did every process finish? The agreement raises at every survivor
 	// if one died, whoever saw it.
-	ok := 1
-	if err != nil {
-		ok = 0
-	}
 	flag, aerr := ft.Agree(ctx, world, ok)
 	if aerr == nil && flag == 1 {
 		mine, err := rma.View[int64](win)
@@ -117,20 +112,28 @@ func run(ctx context.Context) error {
 	}
 	defer s.Free()
 	survivors := s.Group().Members() // world ranks
-	view, err := rma.View[int64](win)
-	if err != nil {
-		return err
-	}
-	mine := slices.Clone(view)
-	repaired := 0
-	for _, u := range win.Undefined().Exposed {
-		for off := u.Off; off < u.Off+u.Len; off += 8 {
-			j := int(off / 8)
+	mine, repaired := make([]int64, block), 0
+	if win == nil {
+		// No window was made: nothing was summed anywhere.
+		for j := range mine {
 			mine[j] = sumOver(survivors, me*block+j)
 			repaired++
 		}
+	} else {
+		view, err := rma.View[int64](win)
+		if err != nil {
+			return err
+		}
+		copy(mine, view)
+		for _, u := range win.Undefined().Exposed {
+			for off := u.Off; off < u.Off+u.Len; off += 8 {
+				j := int(off / 8)
+				mine[j] = sumOver(survivors, me*block+j)
+				repaired++
+			}
+		}
+		win.Free(ctx) // raises, with a member failed; it releases all the same
 	}
-	win.Free(ctx) // raises, with a member failed; it releases all the same
 
 	// Phase 3: a window over the survivors, the elements spread over them
 	// again, moved with one fence epoch.
@@ -182,6 +185,38 @@ func run(ctx context.Context) error {
 	fmt.Printf("%d elements right on %d processes: repaired %d undefined, recomputed %d lost\n",
 		min(per, total-s.Rank()*per), m, repaired, lost)
 	return nw.Free(ctx)
+}
+
+// sum adds this process's terms into every block of win, and reports
+// whether it reached every block (1) or a failure stopped it (0).
+func sum(ctx context.Context, win *rma.Window, me, n int) (int, error) {
+	// Accumulates are atomic, and nobody takes an exclusive lock: no lock
+	// is needed (NoCheck), so none can fail because a process died.
+	if err := win.LockAll(ctx, rma.NoCheck); err != nil {
+		return 0, err
+	}
+	terms := make([]int64, block)
+	for k := 1; k <= n; k++ {
+		h := (me + k) % n
+		for j := range terms {
+			terms[j] = f(me, h*block+j)
+		}
+		// An accumulate to a process known failed raises; the others go on.
+		if err := rma.Accumulate(ctx, win, terms, h, 0, op.Sum[int64]()); err != nil && !errors.Is(err, fabric.ErrProcFailed) {
+			return 0, err
+		}
+		if k == 1 {
+			inject.Point(me, "accumulated") // dies with one block summed, the others not
+		}
+	}
+	err := win.UnlockAll(ctx)
+	if errors.Is(err, fabric.ErrProcFailed) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 1, nil
 }
 
 // sumOver is element i's sum over the processes rs.
