@@ -766,8 +766,13 @@ func (e *engine) markFailedNow(peer int, cause error) {
 	}
 	e.failed[peer] = cause
 	e.nfailed++
-	if errors.Is(cause, ErrProcFailed) {
+	switch {
+	case errors.Is(cause, ErrProcFailed):
 		e.declare(peer)
+	case errors.Is(cause, ErrClosed) && !e.closed:
+		// Stopped, not failed; but its part in package ft's protocols
+		// is over as surely: an agreement must not wait for it.
+		e.ftFailed(peer)
 	}
 	// After Close the knowledge is still recorded (a launcher notice may
 	// arrive then), but the providers are released: nothing to tell them.

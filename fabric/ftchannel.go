@@ -5,6 +5,7 @@ package fabric
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -32,7 +33,9 @@ type FTHandler interface {
 	// FTMessage takes what comm rank src sent with SendFT. The payload is
 	// valid during the call only.
 	FTMessage(src, tag int, payload []byte)
-	// FTFailed says comm rank r is known failed (ErrProcFailed).
+	// FTFailed says comm rank r is known failed (ErrProcFailed), or
+	// stopped — it closed its endpoint (State reports Stopped): either
+	// way it will send nothing more, and a protocol must not wait for it.
 	FTFailed(r int)
 }
 
@@ -68,6 +71,11 @@ func (c *Comm) SetFTHandler(h FTHandler) error {
 	c.ft.h = h
 	for _, w := range e.order {
 		if r := c.fromWorld(w); r >= 0 {
+			h.FTFailed(r)
+		}
+	}
+	for w, cause := range e.failed { // and the members known stopped
+		if r := c.fromWorld(w); r >= 0 && cause != nil && errors.Is(cause, ErrClosed) && !errors.Is(cause, ErrProcFailed) {
 			h.FTFailed(r)
 		}
 	}

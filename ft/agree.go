@@ -298,7 +298,8 @@ func (h *handler) wait(ctx context.Context, a *ulfm.Agreement) ([]uint64, error)
 func (h *handler) outcome(a *ulfm.Agreement) error {
 	h.mu.Lock()
 	var dead []int
-	for _, r := range a.Dead() {
+	all := a.Dead()
+	for _, r := range all {
 		if !h.e.Failed(r) {
 			dead = append(dead, r)
 		}
@@ -314,6 +315,16 @@ func (h *handler) outcome(a *ulfm.Agreement) error {
 		}
 	}
 	if failed {
+		var stopped []int // closed their endpoints: not in GetFailed
+		ep, g := h.c.Endpoint(), h.c.Group()
+		for _, r := range all {
+			if w, err := g.WorldRank(r); err == nil && ep.State(w) == fabric.Stopped {
+				stopped = append(stopped, w)
+			}
+		}
+		if len(stopped) > 0 {
+			return fmt.Errorf("%w: ft: agreement: a process failed or closed its endpoint that not every member had acknowledged (failed: %v; closed: world ranks %v)", fabric.ErrProcFailed, h.c.GetFailed().Members(), stopped)
+		}
 		return fmt.Errorf("%w: ft: agreement: a process failed that not every member had acknowledged (failed: %v)", fabric.ErrProcFailed, h.c.GetFailed().Members())
 	}
 	return nil
