@@ -133,7 +133,10 @@ static void exec_mark(unsigned int vcpu, void *udata)
 		// executions, so that a lookup counted is never one whose
 		// execution is not (a block's execution comes before its
 		// lookup), and take off what was counted, rather than clearing:
-		// what came after the snapshot goes to the next section.
+		// what came after the snapshot goes to the next section. So an
+		// execution between the two reads is in this section and its
+		// lookup in the next: a section may hold more lookups than
+		// executions; the sum of the sections so far never does.
 		uint64_t lookups[MAX_VCPUS], count[MAX_VCPUS];
 		bool any = false;
 		for (int i = 0; i < MAX_VCPUS; i++) {
