@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rivet-hpc/rivet/fabric/internal/shmseg"
+	"github.com/rivet-hpc/rivet/internal/falloc"
 	"github.com/rivet-hpc/rivet/internal/testutil"
 )
 
@@ -72,7 +73,8 @@ func smallShm(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer fill.Close()
-		if err := unix.Fallocate(int(fill.Fd()), 0, 0, int64(st.Bavail)*st.Bsize-free); err != nil {
+		// (A plain fallocate here failed with EINTR, a signal meeting it.)
+		if err := falloc.Allocate(int(fill.Fd()), int64(st.Bavail)*st.Bsize-free); err != nil {
 			os.Remove(fill.Name())
 			t.Fatal(err)
 		}

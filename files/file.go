@@ -10,10 +10,9 @@ import (
 	"sync"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rivet-hpc/rivet/collectives"
 	"github.com/rivet-hpc/rivet/fabric"
+	"github.com/rivet-hpc/rivet/internal/falloc"
 	"github.com/rivet-hpc/rivet/op"
 	"github.com/rivet-hpc/rivet/rma"
 )
@@ -444,13 +443,14 @@ func (f *File) SetSize(ctx context.Context, size int64) error {
 // Preallocate makes sure the file system has allocated its first size
 // bytes (MPI_File_preallocate), extending the file if it is shorter;
 // collective. Where the file system cannot preallocate, the file is
-// extended without.
+// extended without. Signals do not stop it (on tmpfs each one interrupts
+// fallocate(2); see internal/falloc).
 func (f *File) Preallocate(ctx context.Context, size int64) error {
 	if size < 0 {
 		return fmt.Errorf("%w: files: size %d", fabric.ErrInvalid, size)
 	}
 	return f.atRoot(ctx, "preallocate", func() error {
-		err := unix.Fallocate(int(f.fd.Fd()), 0, 0, size)
+		err := falloc.Allocate(int(f.fd.Fd()), size)
 		if errors.Is(err, syscall.EOPNOTSUPP) {
 			var st os.FileInfo
 			if st, err = f.fd.Stat(); err == nil && st.Size() < size {

@@ -18,6 +18,7 @@ var rank = map[string]int{
 	"internal/reduce":    0,
 	"internal/godebug":   0,
 	"internal/progress":  0,
+	"internal/falloc":    0,
 	"internal/nodecoll":  0,
 	"internal/ulfm":      0,
 	"internal/ftsim":     1,
