@@ -18,6 +18,7 @@ import (
 
 	"github.com/rivet-hpc/rivet/internal/testutil"
 	"github.com/rivet-hpc/rivet/internal/tsc"
+	"github.com/rivet-hpc/rivet/internal/vm"
 )
 
 // These tests build rxevm and boot real VMs (about 6 s each under TCG).
@@ -89,22 +90,40 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
+// TestTimeout: a command still running at -timeout is killed, with a
+// report of what the guest was doing: its vCPUs, and through SysRq keys
+// its user-space tasks — the command's among them, once it has started.
 func TestTimeout(t *testing.T) {
 	testutil.RequireVM(t)
 	start := time.Now()
-	r := runVM(t, "", "-q", "-timeout", "20s", "sleep", "600")
+	r := runVM(t, "", "-q", "-timeout", "20s", "sh", "-c", "echo up; exec sleep 600")
 	if r.status != exitTimeout || !strings.Contains(r.stderr, "timed out after 20s") {
 		t.Errorf("status %d, stderr %q; want %d and a timeout message", r.status, r.stderr, exitTimeout)
 	}
-	if d := time.Since(start); d > 40*time.Second {
-		t.Errorf("took %v to time out after 20s", d)
+	// Killed after the timeout and the report, each bounded.
+	if d, bound := time.Since(start), 20*time.Second+vm.HangReportTime+20*time.Second; d > bound {
+		t.Errorf("took %v to time out after 20s (bound %v)", d, bound)
+	}
+	if !strings.Contains(r.stderr, "\nvCPUs:\nCPU#0 RIP=") {
+		t.Errorf("no vCPU report in stderr:\n%s", r.stderr)
+	}
+	// Once the command has printed, the guest's keyboard is long up and
+	// the command is sh or (exec'd) sleep.
+	if r.stdout == "up\n" {
+		_, tasks, ok := strings.Cut(r.stderr, "\nSysRq t:\n")
+		if !ok || !(strings.Contains(tasks, "task:sleep ") || strings.Contains(tasks, "task:sh ")) {
+			t.Errorf("no SysRq t report with the command's task in stderr:\n%s", r.stderr)
+		}
+		if strings.Contains(tasks, "task:kthreadd") || strings.Contains(tasks, " ? ") {
+			t.Errorf("kernel threads or unreliable frames in the report:\n%s", tasks)
+		}
 	}
 }
 
 // TestStartTimeout: a guest that has not started the command within
-// -start-timeout is killed and booted once more, then the run fails. One
-// second is far less than a TCG boot takes (3.7–6.8 s measured), so both
-// boots miss it.
+// -start-timeout is killed, with a report of its vCPUs, and booted once
+// more, then the run fails. One second is far less than a TCG boot takes
+// (3.7–6.8 s measured), so both boots miss it.
 func TestStartTimeout(t *testing.T) {
 	testutil.RequireVM(t)
 	start := time.Now()
@@ -113,8 +132,12 @@ func TestStartTimeout(t *testing.T) {
 		!strings.Contains(r.stderr, "booting again") || strings.Contains(r.stdout, "ran") {
 		t.Errorf("status %d, stdout %q, stderr %q; want %d after two boots", r.status, r.stdout, r.stderr, exitRunner)
 	}
-	if d := time.Since(start); d > 30*time.Second {
-		t.Errorf("took %v to give up on two 1s starts", d)
+	if n := strings.Count(r.stderr, "\nvCPUs:\nCPU#0 RIP="); n != 2 {
+		t.Errorf("%d vCPU reports in stderr, want 2:\n%s", n, r.stderr)
+	}
+	// Two starts, each killed after its second and a bounded report.
+	if d, bound := time.Since(start), 2*(time.Second+vm.HangReportTime)+20*time.Second; d > bound {
+		t.Errorf("took %v to give up on two 1s starts (bound %v)", d, bound)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,7 +123,7 @@ func agentRun() status {
 	}
 	// Tell the host the guest came up: from here on only the command's
 	// own time counts.
-	os.WriteFile(filepath.Join(shareDir, startedFile), nil, 0o644)
+	claimStart()
 	err = cmd.Run()
 	var ee *exec.ExitError
 	switch {
@@ -183,10 +184,28 @@ func guestMounts() error {
 	return nil
 }
 
+// claimStart creates the share's started file, which the host creates
+// instead when it gives up on the guest (watchStart): whoever creates it
+// first decides. A guest the host gave up on does not start the command,
+// so a command never runs in a guest the host is killing and then again
+// in the next; it waits to be killed. (Any other error leaves the host
+// to decide by its timeouts, as before the file.)
+func claimStart() {
+	f, err := os.OpenFile(filepath.Join(shareDir, startedFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	if err == nil {
+		f.Close()
+	}
+}
+
 // runNode is the life of a cluster node other than node 1: it runs its
 // command, if any, and then waits to be stopped with the VM.
 func runNode(sp spec, env []string, out, errOut *os.File) {
-	os.WriteFile(filepath.Join(shareDir, startedFile), nil, 0o644)
+	claimStart()
 	if len(sp.Args) > 0 {
 		cmd := exec.Command(sp.Args[0], sp.Args[1:]...)
 		cmd.Env = append(sp.Env, env...)

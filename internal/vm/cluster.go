@@ -109,6 +109,7 @@ func bootCluster(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel,
 	c := &cluster{sw: sw}
 	var shares, consoles []string
 	var noStart atomic.Bool
+	kill := &hangKill{stop: stopQEMU}
 	for i := 1; i <= nodes; i++ {
 		dir := filepath.Join(runDir, NodeName(i))
 		share := filepath.Join(dir, "share")
@@ -168,7 +169,7 @@ func bootCluster(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel,
 		if cfg.StartTimeout > 0 {
 			go watchStart(qctx, filepath.Join(share, startedFile), cfg.StartTimeout, func() {
 				noStart.Store(true)
-				stopQEMU()
+				kill.hung(NodeName(i), qmp, console, 0)
 			})
 		}
 	}
@@ -197,7 +198,7 @@ func bootCluster(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel,
 		res.Boot = time.Duration(st.BootNanos)
 		return nil
 	case noStart.Load():
-		return fmt.Errorf("%w within %v: the cluster was killed%s", ErrNoStart, cfg.StartTimeout, clusterConsoles(shares, consoles))
+		return fmt.Errorf("%w within %v: the cluster was killed%s%s", ErrNoStart, cfg.StartTimeout, clusterConsoles(shares, consoles), kill.result())
 	case runCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil:
 		return fmt.Errorf("%w after %v: the cluster was killed%s", ErrTimeout, cfg.Timeout, consoleTail(consoles[0], 20))
 	case ctx.Err() != nil:
@@ -220,7 +221,7 @@ func bootCluster(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel,
 func clusterConsoles(shares, consoles []string) string {
 	var b strings.Builder
 	for i, s := range shares {
-		if _, err := os.Stat(filepath.Join(s, startedFile)); err != nil {
+		if !started(s) {
 			fmt.Fprintf(&b, "\n%s did not start:%s", NodeName(i+1), consoleTail(consoles[i], 10))
 		}
 	}
@@ -325,45 +326,13 @@ func (c *cluster) listenControl(path string) (net.Listener, error) {
 // setLink sets the carrier of a node's NIC through QMP, as a cable pulled
 // or plugged: the guest sees the link go down or up.
 func setLink(sock string, up bool) error {
-	conn, err := net.DialTimeout("unix", sock, 5*time.Second)
+	q, err := dialQMP(sock, time.Now().Add(10*time.Second))
 	if err != nil {
-		return fmt.Errorf("QMP: %w", err)
+		return err
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	dec := json.NewDecoder(conn)
-	var greeting map[string]any
-	if err := dec.Decode(&greeting); err != nil {
-		return fmt.Errorf("QMP greeting: %w", err)
-	}
-	for _, cmd := range []any{
-		map[string]any{"execute": "qmp_capabilities"},
-		map[string]any{"execute": "set_link", "arguments": map[string]any{"name": "net0", "up": up}},
-	} {
-		b, _ := json.Marshal(cmd)
-		if _, err := conn.Write(append(b, '\n')); err != nil {
-			return fmt.Errorf("QMP: %w", err)
-		}
-		for {
-			var resp struct {
-				Return json.RawMessage `json:"return"`
-				Error  *struct {
-					Desc string `json:"desc"`
-				} `json:"error"`
-			}
-			if err := dec.Decode(&resp); err != nil {
-				return fmt.Errorf("QMP: %w", err)
-			}
-			if resp.Error != nil {
-				return fmt.Errorf("QMP: %s", resp.Error.Desc)
-			}
-			if resp.Return != nil {
-				break
-			}
-			// An event: read on.
-		}
-	}
-	return nil
+	defer q.Close()
+	_, err = q.execute("set_link", map[string]any{"name": "net0", "up": up})
+	return err
 }
 
 // lockedWriter serializes writes from several nodes.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -131,25 +132,42 @@ func boot(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel, initrd
 	defer errSock.Close()
 
 	console := filepath.Join(runDir, "console.log")
+	qmp := filepath.Join(runDir, "qmp.sock")
 	args := qemuArgs(cfg, accel, k, initrd, share, console, "")
 	args = append(args,
 		"-chardev", "socket,id=out,path="+filepath.Join(runDir, "out.sock"),
 		"-chardev", "socket,id=err,path="+filepath.Join(runDir, "err.sock"),
-		"-serial", "chardev:out", "-serial", "chardev:err")
+		"-serial", "chardev:out", "-serial", "chardev:err",
+		"-qmp", "unix:"+qmp+",server=on,wait=off")
 
-	// The agent leaves a file in the share when it starts the command; a
-	// guest that has not by StartTimeout hung on the way and is killed.
-	qctx, stopQEMU := context.WithCancel(runCtx)
+	// qemu runs until the guest powers off or the caller gives up. The
+	// agent leaves a file in the share when it starts the command; a guest
+	// that has not by StartTimeout hung on the way, and one still running
+	// at Timeout hung in the command: either is killed with a report of
+	// what it was doing.
+	qctx, stopQEMU := context.WithCancel(ctx)
 	defer stopQEMU()
+	kill := &hangKill{stop: stopQEMU}
 	var noStart atomic.Bool
 	if cfg.StartTimeout > 0 {
 		go watchStart(qctx, filepath.Join(share, startedFile), cfg.StartTimeout, func() {
 			noStart.Store(true)
-			stopQEMU()
+			kill.hung("", qmp, console, 20)
 		})
 	}
+	go func() {
+		select {
+		case <-runCtx.Done():
+			if ctx.Err() == nil {
+				kill.hung("", qmp, console, 20)
+			}
+			stopQEMU()
+		case <-qctx.Done():
+		}
+	}()
 	var qemuOut bytes.Buffer
 	waitErr := runQEMU(qctx, qemu, args, &qemuOut)
+	report := kill.result()
 	// qemu closes its sockets when it exits; wait until every byte the
 	// command wrote has been copied out.
 	outSock.Close()
@@ -167,9 +185,9 @@ func boot(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel, initrd
 		res.Boot = time.Duration(st.BootNanos)
 		return nil
 	case noStart.Load():
-		return fmt.Errorf("%w within %v: the VM was killed%s", ErrNoStart, cfg.StartTimeout, consoleTail(console, 20))
+		return fmt.Errorf("%w within %v: the VM was killed%s", ErrNoStart, cfg.StartTimeout, report)
 	case runCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil:
-		return fmt.Errorf("%w after %v: the VM was killed%s", ErrTimeout, cfg.Timeout, consoleTail(console, 20))
+		return fmt.Errorf("%w after %v: the VM was killed%s", ErrTimeout, cfg.Timeout, report)
 	case ctx.Err() != nil:
 		return fmt.Errorf("interrupted: %w", ctx.Err())
 	}
@@ -190,7 +208,19 @@ func boot(ctx, runCtx context.Context, cfg Config, qemu string, k Kernel, initrd
 // command.
 const startedFile = "started"
 
-// watchStart calls expired unless path appears within d or ctx ends.
+// hostClaim is what the host writes in a started file it created.
+const hostClaim = "the host gave up on this guest\n"
+
+// started reports whether the guest with this share started its command.
+func started(share string) bool {
+	b, err := os.ReadFile(filepath.Join(share, startedFile))
+	return err == nil && string(b) != hostClaim
+}
+
+// watchStart calls expired unless the guest creates path within d or ctx
+// ends. At d it creates path itself, so that a guest that comes up just
+// then does not start the command (claimStart): whoever creates the file
+// first decides.
 func watchStart(ctx context.Context, path string, d time.Duration, expired func()) {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
@@ -201,7 +231,12 @@ func watchStart(ctx context.Context, path string, d time.Duration, expired func(
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
-			if _, err := os.Stat(path); err != nil {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+			if err == nil {
+				f.WriteString(hostClaim)
+				f.Close()
+			}
+			if !errors.Is(err, fs.ErrExist) {
 				expired()
 			}
 			return
@@ -297,7 +332,9 @@ func qemuArgs(cfg Config, accel Accel, k Kernel, initrd, share, console, extraCm
 	// within a few emulated ticks and panics if not ("IO-APIC + timer
 	// doesn't work"), which under TCG on a loaded host it may not: a
 	// fresh-clone run of the suite beside busy processes lost a node so.
-	cmdline := "console=ttyS0 panic=-1 loglevel=4 rdinit=/init tsc=reliable no_timer_check"
+	// sysrq_always_enabled: a hung guest is asked for its stacks through
+	// SysRq keys (hangReport).
+	cmdline := "console=ttyS0 panic=-1 loglevel=4 rdinit=/init tsc=reliable no_timer_check sysrq_always_enabled"
 	if cfg.TSCkHz > 0 && accel != AccelKVM {
 		cmdline += fmt.Sprintf(" tsc_early_khz=%d", cfg.TSCkHz)
 	}

@@ -133,11 +133,29 @@ func TestWatchStart(t *testing.T) {
 	}
 
 	start := time.Now()
-	watchStart(context.Background(), filepath.Join(dir, "never"), 300*time.Millisecond, func() { expired <- struct{}{} })
+	never := filepath.Join(t.TempDir(), startedFile)
+	watchStart(context.Background(), never, 300*time.Millisecond, func() { expired <- struct{}{} })
 	select {
 	case <-expired:
 	default:
 		t.Errorf("no expiry after %v without the file", time.Since(start))
+	}
+	// The host claims the file it gave up on: the guest cannot start
+	// after (claimStart), and the share does not read as started.
+	if b, err := os.ReadFile(never); err != nil || string(b) != hostClaim {
+		t.Errorf("after expiry the file holds %q, %v; want the host's claim", b, err)
+	}
+	if started(filepath.Dir(never)) || !started(dir) {
+		t.Errorf("started: %v for the host's claim, %v for the guest's file", started(filepath.Dir(never)), started(dir))
+	}
+	// A guest whose file appears between the last look and the deadline
+	// (here before the first look: the deadline comes sooner) has
+	// started: the host's claim fails and nothing expires.
+	watchStart(context.Background(), path, time.Millisecond, func() { expired <- struct{}{} })
+	select {
+	case <-expired:
+		t.Error("expired although the guest claimed the start first")
+	default:
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
