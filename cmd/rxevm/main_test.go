@@ -65,6 +65,23 @@ func runVM(t *testing.T, dir string, args ...string) result {
 	return r
 }
 
+// lastBoot is what the runner's last boot wrote on stderr. A guest that
+// has not started the command by -start-timeout is killed, with a report,
+// and booted once more (docs/rxevm.md, Hangs). Under TCG on a loaded host,
+// about one boot in a few hundred hangs so: the reports show a vCPU
+// spinning in the guest kernel's breakpoint trap (exc_int3) as the kernel
+// patches its code while booting, a soft lockup of 52 s in one. That
+// boot's lines are logged, not checked; the retry's are.
+func lastBoot(t *testing.T, stderr string) string {
+	t.Helper()
+	const again = "rxevm: booting again\n"
+	if i := strings.LastIndex(stderr, again); i >= 0 {
+		t.Logf("the first boot hung and was retried:\n%s", stderr[:i])
+		return stderr[i+len(again):]
+	}
+	return stderr
+}
+
 func TestExitStatus(t *testing.T) {
 	testutil.RequireVM(t)
 	for _, tc := range []struct {
@@ -219,7 +236,7 @@ func TestStreaming(t *testing.T) {
 	if strings.Join(lines, "|") != "first|second" {
 		t.Fatalf("stdout lines %q, want first, second", lines)
 	}
-	if strings.TrimSpace(errb.String()) != "to-stderr" {
+	if strings.TrimSpace(lastBoot(t, errb.String())) != "to-stderr" {
 		t.Errorf("stderr = %q, want only to-stderr", errb.String())
 	}
 }
@@ -276,7 +293,7 @@ func TestTopologies(t *testing.T) {
 			if r.stdout != want {
 				t.Errorf("stdout %q, want %q", r.stdout, want)
 			}
-			if r.stderr != "rxevm: topology "+tc.topo+": "+tc.banner+"\n" {
+			if lastBoot(t, r.stderr) != "rxevm: topology "+tc.topo+": "+tc.banner+"\n" {
 				t.Errorf("banner missing from stderr %q", r.stderr)
 			}
 		})
