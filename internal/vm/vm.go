@@ -25,13 +25,15 @@ import (
 // Errors returned by Run. Each is wrapped with detail; test with errors.Is.
 var (
 	// ErrTimeout means the command did not finish within Config.Timeout.
+	// Its detail says what the guest was doing when it was killed: each
+	// vCPU's instruction pointer and the kernel's stacks (hang.go).
 	ErrTimeout = errors.New("timed out")
 	// ErrNoStatus means the VM stopped without reporting the command's
 	// status: a kernel panic, an init failure, or qemu itself failing.
 	ErrNoStatus = errors.New("VM stopped without an exit status")
 	// ErrNoStart means the guest did not start the command within
 	// Config.StartTimeout, twice: it hung booting or building the
-	// topology.
+	// topology. Its detail says what the guest was doing, as ErrTimeout's.
 	ErrNoStart = errors.New("the guest did not start the command")
 	// ErrTopology means the requested topology could not be built.
 	ErrTopology = errors.New("topology could not be built")
