@@ -41,12 +41,13 @@ type Comm struct {
 	index   []int // world rank -> comm rank, or -1
 	freed   atomic.Bool
 
-	collSeq   atomic.Int64             // schedules started: the next one's tag
-	epoch     uint64                   // node barriers entered (world only)
-	slotEpoch uint64                   // node allreduces entered (world only)
-	chunkSeq  uint64                   // chunks of chunked node allreduces (world only)
-	spare     atomic.Pointer[Schedule] // the last finished schedule, for the next
-	acked     int                      // failures of members acknowledged (AckFailed); under e.mu
+	collSeq     atomic.Int64             // schedules started: the next one's tag
+	epoch       uint64                   // node barriers entered (world only)
+	slotEpoch   uint64                   // node allreduces entered (world only)
+	chunkSeq    uint64                   // chunks of chunked node allreduces (world only)
+	spare       atomic.Pointer[Schedule] // the last finished schedule, for the next
+	acked       int                      // failures of members acknowledged (AckFailed); under e.mu
+	ackedClosed []int                    // world ranks of members acknowledged closed (AckedClosed); under e.mu
 
 	errRange   ErrorRange   // SetErrorRange; under e.mu
 	errUniform atomic.Int32 // an ErrorUniform (SetErrorUniform); read by every blocking collective, so not under e.mu

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -313,7 +314,9 @@ func (c *Comm) GetFailed() Group {
 // receives and probes from AnySource on c raise errors: a blocking one
 // ErrProcFailed, a nonblocking one's completion ErrProcFailedPending
 // (the request stays active and matchable). Collectives keep failing
-// after an acknowledgement; a shrunk communicator is the way on.
+// after an acknowledgement; a shrunk communicator is the way on. An n of
+// at least GetFailed's size (n > 0; AckAllFailed) also acknowledges the
+// members known to have closed their endpoints (AckedClosed).
 func (c *Comm) AckFailed(n int) int {
 	if c.inter != nil {
 		return c.inter.bridge.AckFailed(n)
@@ -328,7 +331,43 @@ func (c *Comm) AckFailed(n int) int {
 		}
 	}
 	c.acked = max(c.acked, min(n, k))
+	if n > 0 && n >= k {
+		// Every failure acknowledged: so are the members known closed,
+		// so that an agreement they made raise (they contribute to none)
+		// stops raising once every member has acknowledged them, as for
+		// a failure (AckedClosed).
+		for _, w := range c.ranks {
+			if e.closedKnown(w) && !slices.Contains(c.ackedClosed, w) {
+				c.ackedClosed = append(c.ackedClosed, w)
+			}
+		}
+	}
 	return c.acked
+}
+
+// AckedClosed returns the world ranks of c's members that closed their
+// endpoints and whose closing this process has acknowledged: an AckFailed
+// that acknowledges every failure GetFailed names (AckAllFailed) also
+// acknowledges every member known closed then. Such a member is stopped,
+// not failed — never in GetFailed — but it contributes to no agreement;
+// package ft counts it acknowledged as it counts acknowledged failures,
+// so the acknowledge-and-agree loop of MPI 4.1 Example 16.3 ends.
+func (c *Comm) AckedClosed() []int {
+	if c.inter != nil {
+		return c.inter.bridge.AckedClosed()
+	}
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(c.ackedClosed)
+}
+
+// closedKnown reports whether world rank w's closing is recorded here —
+// and so told to package ft's protocols (markFailedNow); with e.mu held.
+// (State also asks the providers, which may see a closed word first.)
+func (e *engine) closedKnown(w int) bool {
+	err := e.failed[w]
+	return err != nil && !errors.Is(err, ErrProcFailed) && !errors.Is(err, ErrNoRoute)
 }
 
 // AckAllFailed acknowledges every failure of c's members this process

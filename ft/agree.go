@@ -171,13 +171,15 @@ func (r *AgreeRequest) Test() (done bool, flag int, err error) {
 }
 
 // ackedRanks is the comm ranks of the failures this process has
-// acknowledged on c.
+// acknowledged on c, and of the members it acknowledged closed: neither
+// contributes, and either, acknowledged by every member, makes an
+// agreement raise no more.
 func ackedRanks(c *fabric.Comm) []int {
 	if c.IsInter() {
 		c = c.Bridge() // (where its agreements run)
 	}
-	n := c.AckFailed(0)
-	if n == 0 {
+	n, closed := c.AckFailed(0), c.AckedClosed()
+	if n == 0 && len(closed) == 0 {
 		return nil
 	}
 	g := c.Group()
@@ -186,6 +188,9 @@ func ackedRanks(c *fabric.Comm) []int {
 		if i >= n {
 			break
 		}
+		out = append(out, g.RankOf(w))
+	}
+	for _, w := range closed {
 		out = append(out, g.RankOf(w))
 	}
 	return out

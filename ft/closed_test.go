@@ -20,7 +20,8 @@ func init() { progs.Add("closedagree", progClosedAgree) }
 // entering an agreement — what a Go program does that returns an error
 // with a deferred Close. It is stopped, not failed; the agreement does
 // not wait for it: it raises ErrProcFailed at every other member, as for
-// a failed member (it sent nothing more), and a shrink leaves it out.
+// a failed member (it sent nothing more), until they acknowledge it, and a
+// shrink leaves it out.
 // (The agreement used to wait for it until the caller's context ended.)
 func progClosedAgree(ctx context.Context, ep *fabric.Endpoint) error {
 	w := ep.World()
@@ -39,6 +40,27 @@ func progClosedAgree(ctx context.Context, ep *fabric.Endpoint) error {
 	}
 	if s := ep.State(1); s != fabric.Stopped || len(ep.Failed()) != 0 {
 		failf("rank 1 closed and is %v; known failed %v", s, ep.Failed())
+	}
+	// MPI 4.1 Example 16.3's loop — acknowledge, agree, until an
+	// agreement succeeds — ends: AckAllFailed acknowledges the closed
+	// member. (It used to raise until the context ended.)
+	actx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	for {
+		w.AckAllFailed()
+		v, err := Agree(actx, w, 1)
+		if err == nil {
+			if v != 1 {
+				failf("agreement after the acknowledgement: %d, want 1", v)
+			}
+			break
+		}
+		if !errors.Is(err, fabric.ErrProcFailed) {
+			failf("acknowledge and agree with rank 1 closed: %v", err)
+		}
+	}
+	cancel()
+	if got := w.AckedClosed(); !slices.Equal(got, []int{1}) {
+		failf("acknowledged closed %v, want [1]", got)
 	}
 	s, err := Shrink(ctx, w)
 	must(err, "shrink")
