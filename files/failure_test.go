@@ -151,8 +151,13 @@ func progKill(ctx context.Context, ep *fabric.Endpoint) error {
 //     every range of theirs the call may not have written. Before,
 //     they waited for rank 1's data until their context ended (about
 //     100 s in the runs that found it).
-func TestKilledAtStart(t *testing.T) { startJob(t, "start") }
-func TestRaisedAtSome(t *testing.T)  { startJob(t, "raised") }
+//   - TestRevokedBeforeCall: as TestKilledAtStart, but rank 0 calls
+//     only once the others' revoke reached it: its call raises the same
+//     IOError, matching ErrRevoked, with all its bytes undefined (it
+//     returned a bare ErrRevoked, which once failed a run under load).
+func TestKilledAtStart(t *testing.T)     { startJob(t, "start") }
+func TestRaisedAtSome(t *testing.T)      { startJob(t, "raised") }
+func TestRevokedBeforeCall(t *testing.T) { startJob(t, "late") }
 
 func init() { progs.Add("startkill", progStartKill) }
 
@@ -173,7 +178,7 @@ func progStartKill(ctx context.Context, ep *fabric.Endpoint) error {
 	data := make([]byte, 8*killCount)
 	testHookHeaders = func(before bool, err error) error {
 		switch {
-		case me == 3 && before == (how == "start"):
+		case me == 3 && before == (how != "raised"):
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		case me == 1 && !before && how == "raised":
@@ -191,6 +196,12 @@ func progStartKill(ctx context.Context, ep *fabric.Endpoint) error {
 	// pidfds within milliseconds; the detector's bound is 210 ms).
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	for t0 := time.Now(); how == "late" && me == 0 && !f.IsRevoked(); time.Sleep(time.Millisecond) {
+		ep.Poll()
+		if time.Since(t0) > time.Minute {
+			failf("the file was not revoked")
+		}
+	}
 	n, err := f.WriteAtAll(cctx, 0, data)
 	testHookHeaders = nil
 	// Rank 1 lives on, calling nothing, until the aggregators returned:
@@ -219,7 +230,7 @@ func progStartKill(ctx context.Context, ep *fabric.Endpoint) error {
 	for _, r := range ioe.Undefined {
 		undef += r.Len
 	}
-	all := how == "start" || me == 1
+	all := how != "raised" || me == 1
 	if all && (undef != int64(len(data)) || n != 0) {
 		failf("%d bytes written, %d undefined, want none written, all %d undefined: %v", n, undef, len(data), ioe.Undefined)
 	}
