@@ -196,6 +196,8 @@ func progStartKill(ctx context.Context, ep *fabric.Endpoint) error {
 	// pidfds within milliseconds; the detector's bound is 210 ms).
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	// (The header Allgather is recursive doubling at this size: rank 2's
+	// first partner is rank 3, so it raises and revokes without rank 0.)
 	for t0 := time.Now(); how == "late" && me == 0 && !f.IsRevoked(); time.Sleep(time.Millisecond) {
 		ep.Poll()
 		if time.Since(t0) > time.Minute {
