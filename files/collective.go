@@ -158,20 +158,9 @@ func (f *File) all(ctx context.Context, t uint64, write bool, off int64, buf []b
 	}
 	v, bad := f.check(write, off, buf)
 	p := &plan{f: f, write: write, tag: int(t%(1<<20)) * 2, buf: buf}
-	if bad == nil {
-		p.mine = v.runs(off*v.esize, int64(len(buf)), nil)
-	}
-	if f.comm.IsRevoked() {
-		if bad != nil {
-			return 0, f.errRevoked()
-		}
-		// Revoked before the call, by a member at which an earlier
-		// exchange raised (or by the program): nothing moves, and the
-		// call says so as one cut short in the exchange does.
-		return 0, &IOError{Op: p.op(), Undefined: rangesOf(p.mine), Err: f.errRevoked()}
-	}
 	hdr := make([]int64, hWords)
 	if bad == nil {
+		p.mine = v.runs(off*v.esize, int64(len(buf)), nil)
 		hdr[hPos], hdr[hLen], hdr[hRuns] = off*v.esize, int64(len(buf)), int64(len(p.mine))
 		if len(p.mine) > 0 {
 			last := p.mine[len(p.mine)-1]
@@ -181,12 +170,20 @@ func (f *File) all(ctx context.Context, t uint64, write bool, off int64, buf []b
 		hdr[hBad] = 1
 	}
 	p.hdr = make([]int64, hWords*f.n)
-	if testHookHeaders != nil {
-		testHookHeaders(true, nil)
-	}
-	err := collectives.Allgather(ctx, f.comm, hdr, p.hdr)
-	if testHookHeaders != nil {
-		err = testHookHeaders(false, err)
+	var err error
+	if f.comm.IsRevoked() {
+		// Revoked before the call, by a member at which an earlier
+		// exchange raised (or by the program): nothing moves, and the
+		// call raises as one cut short in the exchange does.
+		err = f.errRevoked()
+	} else {
+		if testHookHeaders != nil {
+			testHookHeaders(true, nil)
+		}
+		err = collectives.Allgather(ctx, f.comm, hdr, p.hdr)
+		if testHookHeaders != nil {
+			err = testHookHeaders(false, err)
+		}
 	}
 	if err != nil {
 		if bad == nil && (errors.Is(err, fabric.ErrProcFailed) || errors.Is(err, fabric.ErrRevoked)) {
