@@ -354,36 +354,56 @@ func progFlood(ctx context.Context, ep *Endpoint) error {
 	w := ep.World()
 	const each = 20000
 	if w.Rank() != 0 {
-		sendSeq(ctx, w, each)
+		sendSeq(ctx, ep, each)
 		return nil
 	}
 	time.Sleep(time.Second)
-	recvSeq(ctx, w, each)
+	recvSeq(ctx, ep, each)
 	return nil
 }
 
 // sendSeq sends rank 0 each 8-byte messages numbered from 0, tag 4.
-func sendSeq(ctx context.Context, w *Comm, each int) {
+func sendSeq(ctx context.Context, ep *Endpoint, each int) {
+	w := ep.World()
 	var b [8]byte
 	for i := 0; i < each; i++ {
 		binary.LittleEndian.PutUint64(b[:], uint64(i))
-		must(w.Send(ctx, b[:], 0, 4), "send")
+		mustStream(ep, w.Send(ctx, b[:], 0, 4), "send")
 	}
 }
 
 // recvSeq receives sendSeq's messages from every other rank, from any
 // source, and checks that each sender's come in order.
-func recvSeq(ctx context.Context, w *Comm, each int) {
+func recvSeq(ctx context.Context, ep *Endpoint, each int) {
+	w := ep.World()
 	next := make([]uint64, w.Size())
 	var b [8]byte
 	for i := 0; i < each*(w.Size()-1); i++ {
 		st, err := w.Recv(ctx, b[:], AnySource, 4)
-		must(err, "recv")
+		mustStream(ep, err, "recv")
 		if v := binary.LittleEndian.Uint64(b[:]); v != next[st.Source] {
 			failf("message %d from rank %d, want %d", v, st.Source, next[st.Source])
 		}
 		next[st.Source]++
 	}
+}
+
+// mustStream is must for a stream of messages over verbs: a stream that
+// stopped says first how this process's links and receive pool stood —
+// whether credits held the frames back, or a queue pair that did not
+// send them.
+func mustStream(ep *Endpoint, err error, what string) {
+	if err != nil && ep.verbs != nil {
+		ep.e.mu.Lock()
+		for _, w := range ep.verbs.QueuePairs() {
+			if l, ok := ep.verbs.Link(w); ok {
+				fmt.Fprintf(os.Stderr, "link to world rank %d: %+v\n", w, l)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "pool: %+v\n", ep.verbs.Pool())
+		ep.e.mu.Unlock()
+	}
+	must(err, what)
 }
 
 // rxeCounter reads one of a device's port 1 counters.

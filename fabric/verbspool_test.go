@@ -35,7 +35,7 @@ func progCrowd(ctx context.Context, ep *Endpoint) error {
 	if w.Rank() != 0 {
 		_, err := w.Sendrecv(ctx, nil, 0, 6, nil, 0, 6)
 		must(err, "warm-up")
-		sendSeq(ctx, w, each)
+		sendSeq(ctx, ep, each)
 		return nil
 	}
 	for r := 1; r < w.Size(); r++ {
@@ -43,7 +43,7 @@ func progCrowd(ctx context.Context, ep *Endpoint) error {
 		must(err, "warm-up")
 	}
 	time.Sleep(200 * time.Millisecond) // the senders run out of credits
-	recvSeq(ctx, w, each)
+	recvSeq(ctx, ep, each)
 	ep.e.mu.Lock()
 	pool := ep.verbs.Pool()
 	ep.e.mu.Unlock()

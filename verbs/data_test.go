@@ -198,6 +198,11 @@ func TestDeepQueueUnsignaled(t *testing.T) {
 				done += n
 			}
 			mustOK(t, waitWC(t, a.scq, signaled-done, 30*time.Second))
+			// The last write was signaled: every one before it is
+			// complete too.
+			if n := a.qp.SendQueued(); n != 0 {
+				t.Errorf("%d sends queued after the last completed", n)
+			}
 			for i := 0; i < 4096; i++ {
 				if got := binary.NativeEndian.Uint64(b.mr.Bytes()[i*size:]); got != uint64(i) {
 					t.Fatalf("slot %d holds %d", i, got)

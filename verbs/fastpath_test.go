@@ -120,7 +120,7 @@ func TestUnlockedTakesNoLock(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if n := qp.sq.Outstanding(); n != 2 {
+		if n := qp.SendQueued(); n != 2 {
 			t.Errorf("unlocked %v: %d sends posted, want 2", unlocked, n)
 		}
 		if n := qp.rq.Outstanding(); n != 1 {

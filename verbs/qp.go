@@ -520,6 +520,19 @@ func (qp *QP) Query() (QPAttr, error) {
 		Access: Access(r.QPAccessFlags)}, nil
 }
 
+// SendQueued is how many send requests posted to the QP the device has
+// not completed yet, signaled or not. It falls as the peer acknowledges
+// them: one that stays up while the peer is alive and reachable says the
+// queue pair is stuck.
+func (qp *QP) SendQueued() int {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	if qp.closed {
+		return 0
+	}
+	return int(qp.sq.Outstanding())
+}
+
 // SetError moves the QP to ERR: outstanding work requests complete with
 // StatusWRFlushErr. It is how a QP is drained before Close.
 func (qp *QP) SetError() error {

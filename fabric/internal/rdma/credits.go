@@ -2,12 +2,6 @@
 
 package rdma
 
-import (
-	"sync/atomic"
-
-	"github.com/rivet-hpc/rivet/verbs"
-)
-
 // Eager frames land in one pool of receive buffers, posted to a shared
 // receive queue (SRQ) whatever the number of peers: vPool buffers, so a
 // process's receive memory does not grow with its connections. No frame
@@ -37,15 +31,18 @@ import (
 // A sender out of credits asks: it writes its count of frames sent into
 // the receiver's request word and rings the receiver's doorbell (an RDMA
 // fetch-and-add on one word the receiver's poll loads). The receiver
-// posts its waiting buffers and grants from the pool; when the pool is
-// committed, it queues the asker and asks the holders — those idle since
-// the last such round, or all if none is — to give their unused credits
-// back (a revoke count in the holder's word 0 and a ring
-// of its doorbell). A holder burns its unused credits — counts them as
-// sent — and writes its burned count into the receiver's word 2. So a
-// peer that talks to many others holds credits for those it talks to
-// now, and one that is out of them waits at most until the holders next
-// poll.
+// posts its waiting buffers and grants from the pool. An asker it cannot
+// grant now — the pool committed, or the asker's window still full of
+// its own frames in flight or of credits it burned that we have not yet
+// seen — asks nothing more, so it waits in a queue until we can grant it
+// beyond the frames it had sent, and is told then. When the pool is
+// committed, the receiver also asks the holders — those idle since the
+// last such round, or all if none is — to give their unused credits back
+// (a revoke count in the holder's word 0 and a ring of its doorbell). A
+// holder burns its unused credits — counts them as sent — and writes its
+// burned count into the receiver's word 2. So a peer that talks to many
+// others holds credits for those it talks to now, and one that is out of
+// them waits at most until the holders next poll.
 
 // Control words, per world rank w, in this process's control memory:
 // what w wrote about the frames between us.
@@ -56,6 +53,49 @@ const (
 	ctlRequest        // w's request for credits: its count of requests (high half), of frames sent (low half)
 	vCtlWords
 )
+
+// credits is this process's flow control of eager frames: its receive
+// pool, what it granted each peer, and the credits each peer granted it.
+// It moves nothing itself but through io, so that one implementation runs
+// on queue pairs (Provider) and in a model of them that reorders what RC
+// allows (credits_test.go).
+type credits struct {
+	io creditIO
+	// Peers with a queue pair, in the order they got it; the owner of
+	// each buffer's frame, and the buffers delivered and waiting to be
+	// posted again (repost); credits granted and not yet back, with those
+	// buffers; the peers queued for credits; the doorbell's count as last
+	// seen; buffers lost with a failed peer's queue pair (release).
+	byIx      []*link
+	owner     [vPool]*link
+	toPost    []int
+	committed int
+	regrant   bool // a peer has used half its window: repost now
+	owed      bool // some peer's burnOwed or creditOwed is set (payDebts)
+	initial   int  // credits a peer gets in the handshake (Config.Initial)
+	starving  []*link
+	bellSeen  uint64
+	lost      int
+}
+
+// creditIO is what credits moves and reads through.
+type creditIO interface {
+	// word loads the control word k that world rank w writes here, and
+	// bell the doorbell.
+	word(w, k int) uint64
+	bell() uint64
+	// writeCtl writes val into our control word k at p; ring writes it
+	// and then rings p's doorbell (p's queue pair delivers them in that
+	// order). An error (a full send queue) means nothing was posted.
+	writeCtl(p *link, k int, val uint64) error
+	ring(p *link, k int, val uint64) error
+	// post posts receive buffers bufs (indices into the pool) again.
+	post(bufs []int) error
+	// Closed reports whether world rank w said goodbye.
+	Closed(w int) bool
+	// DeviceFatal fails every peer: the device is gone.
+	DeviceFatal(err error)
+}
 
 const (
 	vPool    = 256 // receive buffers, shared by every peer
@@ -69,13 +109,13 @@ func (p *link) outstanding() int { return int(int32(p.granted - p.taken - p.burn
 
 // grant gives p credits up to its window, as far as the pool allows, and
 // returns how many it gave.
-func (v *Provider) grant(p *link) int {
-	n := min(vPool-v.committed, p.window-p.outstanding())
+func (c *credits) grant(p *link) int {
+	n := min(vPool-c.committed, p.window-p.outstanding())
 	if n <= 0 || p.dead {
 		return 0
 	}
 	p.granted += uint32(n)
-	v.committed += n
+	c.committed += n
 	p.revoked = false
 	return n
 }
@@ -83,54 +123,52 @@ func (v *Provider) grant(p *link) int {
 // take records that buffer k holds a frame from p, delivered; it is
 // posted again with the next batch, or as soon as p has used half its
 // window.
-func (v *Provider) take(p *link, k int) {
+func (c *credits) take(p *link, k int) {
 	p.taken++
 	p.active = true
-	v.owner[k] = p
-	v.toPost = append(v.toPost, k)
+	c.owner[k] = p
+	c.toPost = append(c.toPost, k)
 	if p.outstanding() <= p.window/2 {
-		v.regrant = true
+		c.regrant = true
 	}
 }
 
 // repostDue posts the delivered buffers again once a batch of them waits
 // or a peer runs low on credits.
-func (v *Provider) repostDue() {
-	if len(v.toPost) >= vRepostBatch || v.regrant {
-		v.repost()
+func (c *credits) repostDue() {
+	if len(c.toPost) >= vRepostBatch || c.regrant || len(c.starving) > 0 && len(c.toPost) > 0 {
+		c.repost()
 	}
 }
 
 // repost posts every delivered buffer again, with one call, and grants
 // the credits they free: first to the peers waiting for any, then to
 // those whose frames they held.
-func (v *Provider) repost() {
-	n := len(v.toPost)
+func (c *credits) repost() {
+	n := len(c.toPost)
 	if n == 0 {
 		return
 	}
-	for i, k := range v.toPost {
-		v.postWR[i] = v.rwr[k]
-	}
-	if err := v.srq.PostRecv(v.postWR[:n]...); err != nil {
+	if err := c.io.post(c.toPost); err != nil {
 		// The SRQ has room for every buffer: the device is gone.
-		v.DeviceFatal(err)
+		c.io.DeviceFatal(err)
 		return
 	}
-	v.toPost, v.regrant = v.toPost[:0], false
-	v.committed -= n
-	v.feedStarving()
-	for _, wr := range v.postWR[:n] {
-		p := v.owner[wr.ID&^wrKindMask]
+	bufs := c.toPost
+	c.toPost, c.regrant = c.toPost[:0], false
+	c.committed -= n
+	c.feedStarving()
+	for _, k := range bufs {
+		p := c.owner[k]
 		if p.dead || p.starving {
 			continue
 		}
-		v.grant(p)
+		c.grant(p)
 		// Told by the next frame going back, unless the peer may be
 		// about to run out (what it was told, less what arrived, is what
 		// it has left and has in flight).
 		if p.granted != p.told && int(int32(p.told-p.taken-p.burnSeen)) <= p.window/4 {
-			v.writeCredits(p)
+			c.writeCredits(p)
 		}
 	}
 }
@@ -146,166 +184,170 @@ func (p *link) credit(c uint32) {
 // canSend reports whether p granted a credit for one more frame, reading
 // its control word when the last count heard is spent; when it has not,
 // it asks p for more (once per frame count).
-func (v *Provider) canSend(p *link) bool {
+func (c *credits) canSend(p *link) bool {
 	if int32(p.limit-p.sent) > 0 {
 		return true
 	}
-	p.credit(uint32(atomic.LoadUint64(v.ctlWord(p.world, ctlCredit))))
+	p.credit(uint32(c.io.word(p.world, ctlCredit)))
 	if int32(p.limit-p.sent) > 0 {
 		return true
 	}
 	if !p.asked || p.askedAt != p.sent {
 		p.requests++
-		if v.ring(p, ctlRequest, uint64(p.requests)<<32|uint64(p.sent)) == nil {
+		if c.io.ring(p, ctlRequest, uint64(p.requests)<<32|uint64(p.sent)) == nil {
 			p.asked, p.askedAt = true, p.sent
 		}
 	}
 	return false
 }
 
-// ring writes val into our control word k at p and rings p's doorbell
-// after it (the queue pair delivers them in that order).
-func (v *Provider) ring(p *link, k int, val uint64) error {
-	src := ctlOff(len(v.peers), ctlSrc)
-	bell := ctlOff(len(v.peers), ctlBellOut)
-	putWord(v.ctl, src, val)
-	v.sge[0] = verbs.SGE{MR: v.ctl, Offset: src, Length: 8}
-	v.bellSGE[0] = verbs.SGE{MR: v.ctl, Offset: bell, Length: 8}
-	v.wr2[0] = verbs.SendWR{ID: wrCtl, Op: verbs.OpRDMAWrite, Flags: verbs.Inline, Local: v.sge[:],
-		Remote: p.ctl.At(uint64((v.me*vCtlWords + k) * 8))}
-	v.wr2[1] = verbs.SendWR{ID: wrCtl, Op: verbs.OpFetchAdd, Local: v.bellSGE[:], CompareAdd: 1,
-		Remote: p.ctl.At(ctlOff(len(v.peers), ctlBell))}
-	return p.qp.PostSend(v.wr2[:]...)
-}
-
 // doorbell answers what peers rang for since the last look: grants and
 // revokes from the peers we send to, burned credits and requests from
 // those that send to us.
-func (v *Provider) doorbell() {
-	if v.owed {
-		v.payDebts()
+func (c *credits) doorbell() {
+	if c.owed {
+		c.payDebts()
 	}
-	bell := atomic.LoadUint64(v.ctlAt(ctlOff(len(v.peers), ctlBell)))
-	if bell == v.bellSeen {
+	bell := c.io.bell()
+	if bell == c.bellSeen {
 		return
 	}
-	v.bellSeen = bell
-	for _, p := range v.byIx {
+	c.bellSeen = bell
+	for _, p := range c.byIx {
 		if p.dead || !p.connected {
 			continue
 		}
-		w0 := atomic.LoadUint64(v.ctlWord(p.world, ctlCredit))
+		w0 := c.io.word(p.world, ctlCredit)
 		p.credit(uint32(w0))
 		if r := uint32(w0 >> 32); r != p.revokeSeen {
 			p.revokeSeen = r
-			v.burn(p)
+			c.burn(p)
 		}
-		if b := uint32(atomic.LoadUint64(v.ctlWord(p.world, ctlBurned))); b != p.burnSeen {
-			v.committed -= int(int32(b - p.burnSeen))
+		if b := uint32(c.io.word(p.world, ctlBurned)); b != p.burnSeen {
+			c.committed -= int(int32(b - p.burnSeen))
 			p.burnSeen = b
 		}
-		if r := atomic.LoadUint64(v.ctlWord(p.world, ctlRequest)); r != p.requestSeen {
+		if r := c.io.word(p.world, ctlRequest); r != p.requestSeen {
 			p.requestSeen = r
-			v.asked(p, uint32(r))
+			c.asked(p, uint32(r))
 		}
 	}
-	v.feedStarving()
+	c.feedStarving()
 }
 
 // burn gives back p's credits we have not used, at p's request.
-func (v *Provider) burn(p *link) {
+func (c *credits) burn(p *link) {
 	if n := p.limit - p.sent; int32(n) > 0 {
 		p.sent, p.burned = p.limit, p.burned+n
 		p.burnOwed = true
-		v.tellBurned(p)
+		c.tellBurned(p)
 	}
 }
 
 // tellBurned tells p our burned count; a send queue too full for it now
 // leaves it owed, and a later poll tells it (owed): credits burned and
 // untold would be lost to p's pool for good.
-func (v *Provider) tellBurned(p *link) {
-	if v.ring(p, ctlBurned, uint64(p.burned)) == nil {
+func (c *credits) tellBurned(p *link) {
+	if c.io.ring(p, ctlBurned, uint64(p.burned)) == nil {
 		p.burnOwed = false
 	} else {
-		v.owed = true
+		c.owed = true
 	}
 }
 
 // payDebts tells the peers what a full send queue kept from them:
 // burned counts and grants.
-func (v *Provider) payDebts() {
-	v.owed = false
-	for _, p := range v.byIx {
+func (c *credits) payDebts() {
+	c.owed = false
+	for _, p := range c.byIx {
 		if p.dead {
 			continue
 		}
 		if p.burnOwed {
-			v.tellBurned(p)
+			c.tellBurned(p)
 		}
 		if p.creditOwed {
-			v.writeCredits(p)
+			c.writeCredits(p)
 		}
 	}
 }
 
 // asked answers p's request for credits, made when p had sent sent
-// frames and held no credit: its window was too small, so it doubles.
-func (v *Provider) asked(p *link, sent uint32) {
+// frames and held no credit: its window was too small, so it doubles. A
+// peer we cannot grant now waits in the queue (feedStarving) until we
+// can; it asks nothing more till then. Only a full pool makes us ask the
+// holders for credits back: a peer whose own frames still fill its
+// window gets credits as they are delivered.
+func (c *credits) asked(p *link, sent uint32) {
 	if int32(p.told-sent) > 0 {
 		return // a grant is on its way
 	}
 	p.window = min(2*p.window, vWindow)
-	v.repost() // the credits may only wait for their buffers to go back
-	v.grant(p)
+	c.repost() // the credits may only wait for their buffers to go back
+	c.grant(p)
 	if int32(p.granted-sent) > 0 {
-		v.writeCredits(p)
+		c.writeCredits(p)
 		return
 	}
+	p.waitAt = sent
 	if !p.starving {
 		p.starving = true
-		v.starving = append(v.starving, p)
+		c.starving = append(c.starving, p)
 	}
-	v.reclaim()
+	if p.outstanding() < p.window {
+		c.reclaim()
+	}
 }
 
-// feedStarving grants what the pool has free to the peers that asked and
-// got nothing, in the order they asked.
-func (v *Provider) feedStarving() {
-	for len(v.starving) > 0 && v.committed < vPool {
-		p := v.starving[0]
-		v.starving = v.starving[1:]
-		p.starving = false
-		if v.grant(p) > 0 {
-			v.writeCredits(p)
-		}
+// feedStarving grants the peers that asked and got nothing what the pool
+// has free, in the order they asked. Each stays queued until it is told
+// a grant beyond the frames it had sent when it asked: until its frames
+// in flight are delivered, or we see the credits it burned, its window
+// may have no room.
+func (c *credits) feedStarving() {
+	if len(c.starving) == 0 {
+		return
 	}
+	kept := c.starving[:0]
+	for _, p := range c.starving {
+		if !p.dead {
+			c.grant(p)
+			if int32(p.granted-p.waitAt) <= 0 {
+				kept = append(kept, p)
+				continue
+			}
+			c.writeCredits(p)
+		}
+		p.starving = false
+	}
+	clear(c.starving[len(kept):])
+	c.starving = kept
 }
 
 // reclaim asks the peers that hold credits and sent nothing since the
 // last reclaim — or, if none is idle, every one — to give back the
 // credits they have not used, once until they are granted more; their
 // windows halve.
-func (v *Provider) reclaim() {
+func (c *credits) reclaim() {
 	idle := false
-	for _, p := range v.byIx {
-		if v.holds(p) && !p.active {
+	for _, p := range c.byIx {
+		if c.holds(p) && !p.active {
 			idle = true
 			break
 		}
 	}
-	for _, p := range v.byIx {
-		if v.holds(p) && (!idle || !p.active) {
+	for _, p := range c.byIx {
+		if c.holds(p) && (!idle || !p.active) {
 			p.revoked, p.window = true, max(vInitial, p.window/2)
 			p.revokes++
-			v.writeCredits(p)
+			c.writeCredits(p)
 		}
 		p.active = false
 	}
 }
 
 // holds reports whether p holds credits reclaim may ask back.
-func (v *Provider) holds(p *link) bool {
+func (c *credits) holds(p *link) bool {
 	return !p.dead && !p.revoked && !p.starving && p.connected && p.outstanding() > 0
 }
 
@@ -314,16 +356,16 @@ func (v *Provider) holds(p *link) bool {
 // doorbell when the revoke count is news. A send queue too full for it
 // now leaves it owed to a later poll (payDebts): p may wait for nothing
 // else.
-func (v *Provider) writeCredits(p *link) {
+func (c *credits) writeCredits(p *link) {
 	val := uint64(p.revokes)<<32 | uint64(p.granted)
 	var err error
 	if p.revokes != p.revokesTold {
-		err = v.ring(p, ctlCredit, val)
+		err = c.io.ring(p, ctlCredit, val)
 	} else {
-		err = v.writeCtl(p, ctlCredit, val)
+		err = c.io.writeCtl(p, ctlCredit, val)
 	}
 	if err != nil {
-		p.creditOwed, v.owed = true, true
+		p.creditOwed, c.owed = true, true
 		return
 	}
 	p.told, p.revokesTold, p.creditOwed = p.granted, p.revokes, false
@@ -335,20 +377,20 @@ func (v *Provider) writeCredits(p *link) {
 // one lost otherwise, one credit stays out: a message it was sending when
 // its queue pair failed may hold a buffer the SRQ gave it, which no
 // completion returns (rxe's, at least).
-func (v *Provider) release(p *link) {
+func (c *credits) release(p *link) {
 	if p.released {
 		return
 	}
 	p.released = true
 	if n := p.outstanding(); n > 0 {
-		if v.Closed(p.world) {
-			v.committed -= n
+		if c.io.Closed(p.world) {
+			c.committed -= n
 		} else {
-			v.committed -= n - 1
-			v.lost++
+			c.committed -= n - 1
+			c.lost++
 		}
 	}
-	v.feedStarving()
+	c.feedStarving()
 }
 
 // PoolStats is how the receive pool stands.
@@ -361,12 +403,31 @@ type PoolStats struct {
 	Lost      int // buffers lost with failed peers' queue pairs (release)
 }
 
-// Pool reports how the receive pool stands; with the engine's lock held.
-func (v *Provider) Pool() PoolStats {
-	s := PoolStats{Buffers: vPool, Bytes: v.recv.Len(), Committed: v.committed, Lost: v.lost}
-	for _, p := range v.byIx {
+// stats reports how the receive pool stands, but for its memory.
+func (c *credits) stats() PoolStats {
+	s := PoolStats{Buffers: vPool, Committed: c.committed, Lost: c.lost}
+	for _, p := range c.byIx {
 		s.Revokes += int(p.revokes)
 		s.Burned += int(p.burned)
 	}
 	return s
+}
+
+// LinkStats is how the frames between this process and one peer stand,
+// in the running counts of the credit protocol (modulo 2³²).
+type LinkStats struct {
+	// Our frames to the peer: those sent (with the credits burned), the
+	// peer's granted count as last heard, the credits burned, the
+	// requests for more made and the sent count at the last of them.
+	Sent, Limit, Burned, Requests, AskedAt uint32
+	// Its frames to us: the credits granted it, the count last told it,
+	// its frames delivered, the credits it burned (as seen); its window,
+	// and whether it waits for credits.
+	Granted, Told, Taken, BurnSeen uint32
+	Window                         int
+	Waiting                        bool
+	// SendQueued is how many send requests on its queue pair the device
+	// has not completed.
+	SendQueued int
+	Dead       bool // its queue pair failed
 }

@@ -110,7 +110,8 @@ type link struct {
 	requestSeen                                          uint64
 	window                                               int
 
-	starving   bool // it asked for credits and waits for the pool
+	starving   bool // it asked for credits, had sent waitAt frames, and waits for a grant beyond
+	waitAt     uint32
 	revoked    bool // asked to give back unused credits since last granted any
 	active     bool // a frame of its was delivered since the last reclaim
 	faulted    bool // lost: its credits go back at the next poll (release)
@@ -207,7 +208,6 @@ type Provider struct {
 	next     int       // the peer whose receives the next poll looks at first
 	probed   time.Time
 	waited   []bool    // by world rank: scratch for probe
-	byIx     []*link   // peers with a queue pair, in the order they got it
 	sendBuf  *verbs.MR // vSendSlots staging slots for frames too long to go inline
 	free     []int     // free send slots
 	ctl      *verbs.MR // vCtlWords per world rank, then the words from ctlSrc on
@@ -222,25 +222,14 @@ type Provider struct {
 	kept      int
 	dead      []peerFault // failures noticed outside a poll
 
-	// The receive pool: its buffers, their receive requests (made once),
-	// which peer's frame each holds, and those delivered and waiting to
-	// be posted again (repost); credits granted and not yet back
-	// (credits.go); peers queued for credits; the doorbell's count as last
-	// seen; buffers lost with a failed peer's queue pair (release).
-	srq       *verbs.SRQ
-	recv      *verbs.MR
-	rwr       [vPool]verbs.RecvWR
-	rsge      [vPool]verbs.SGE
-	owner     [vPool]*link
-	toPost    []int
-	postWR    [vPool]verbs.RecvWR
-	committed int
-	regrant   bool // a peer has used half its window: repost now
-	owed      bool // some peer's burnOwed or creditOwed is set (payDebts)
-	initial   int  // credits a peer gets in the handshake (Config.Initial)
-	starving  []*link
-	bellSeen  uint64
-	lost      int
+	// The receive pool: its buffers and their receive requests (made
+	// once); who may send into them (credits.go).
+	srq    *verbs.SRQ
+	recv   *verbs.MR
+	rwr    [vPool]verbs.RecvWR
+	rsge   [vPool]verbs.SGE
+	postWR [vPool]verbs.RecvWR
+	credits
 
 	eng      Engine
 	mu       sync.Locker // the engine's lock, which the handshakes take
@@ -283,6 +272,7 @@ func New(cfg Config, eng Engine, mu sync.Locker) (_ *Provider, err error) {
 		staged: map[uint64]*verbs.MR{}, mem: cfg.Mem, reads: make([]vRead, 0, 64),
 		oneSided: make([]inflight, 0, vMaxOneSided), eng: eng, mu: mu, addrs: make([]peerAddr, size), isPeer: make([]bool, size),
 		learning: make([]bool, size), resolve: cfg.Resolve, waited: make([]bool, size)}
+	v.credits.io = v
 	// As many as the pool holds for every peer of the job, 4 to 64: a
 	// small job's peers start with a full window.
 	v.initial = min(max(vPool/max(1, len(peers)), vInitial), vWindow)
@@ -1024,6 +1014,54 @@ func (v *Provider) frame(k, n int) []byte { return v.recv.Bytes()[k*vSlotSize : 
 func (p *link) heard(c uint32) {
 	p.ready = true
 	p.credit(c)
+}
+
+// ring writes val into our control word k at p and rings p's doorbell
+// after it (the queue pair delivers them in that order).
+func (v *Provider) ring(p *link, k int, val uint64) error {
+	src := ctlOff(len(v.peers), ctlSrc)
+	bell := ctlOff(len(v.peers), ctlBellOut)
+	putWord(v.ctl, src, val)
+	v.sge[0] = verbs.SGE{MR: v.ctl, Offset: src, Length: 8}
+	v.bellSGE[0] = verbs.SGE{MR: v.ctl, Offset: bell, Length: 8}
+	v.wr2[0] = verbs.SendWR{ID: wrCtl, Op: verbs.OpRDMAWrite, Flags: verbs.Inline, Local: v.sge[:],
+		Remote: p.ctl.At(uint64((v.me*vCtlWords + k) * 8))}
+	v.wr2[1] = verbs.SendWR{ID: wrCtl, Op: verbs.OpFetchAdd, Local: v.bellSGE[:], CompareAdd: 1,
+		Remote: p.ctl.At(ctlOff(len(v.peers), ctlBell))}
+	return p.qp.PostSend(v.wr2[:]...)
+}
+
+// post posts receive buffers bufs of the pool again, with one call.
+func (v *Provider) post(bufs []int) error {
+	for i, k := range bufs {
+		v.postWR[i] = v.rwr[k]
+	}
+	return v.srq.PostRecv(v.postWR[:len(bufs)]...)
+}
+
+// word loads the control word k that world rank w writes here.
+func (v *Provider) word(w, k int) uint64 { return atomic.LoadUint64(v.ctlWord(w, k)) }
+
+// bell loads the doorbell peers ring after writing a control word.
+func (v *Provider) bell() uint64 { return atomic.LoadUint64(v.ctlAt(ctlOff(len(v.peers), ctlBell))) }
+
+// Pool reports how the receive pool stands; with the engine's lock held.
+func (v *Provider) Pool() PoolStats {
+	s := v.stats()
+	s.Bytes = v.recv.Len()
+	return s
+}
+
+// Link reports how the frames between this process and world rank w
+// stand; false if w has no queue pair. With the engine's lock held.
+func (v *Provider) Link(w int) (LinkStats, bool) {
+	if w < 0 || w >= len(v.peers) || v.peers[w] == nil {
+		return LinkStats{}, false
+	}
+	p := v.peers[w]
+	return LinkStats{Sent: p.sent, Limit: p.limit, Burned: p.burned, Requests: p.requests, AskedAt: p.askedAt,
+		Granted: p.granted, Told: p.told, Taken: p.taken, BurnSeen: p.burnSeen, Window: p.window,
+		Waiting: p.starving, SendQueued: p.qp.SendQueued(), Dead: p.dead}, true
 }
 
 // writeCtl writes val into p's control word k for this process.
