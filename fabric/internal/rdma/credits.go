@@ -57,8 +57,8 @@ const (
 // credits is this process's flow control of eager frames: its receive
 // pool, what it granted each peer, and the credits each peer granted it.
 // It moves nothing itself but through io, so that one implementation runs
-// on queue pairs (Provider) and in a model of them that reorders what RC
-// allows (credits_test.go).
+// on queue pairs (Provider) and in a model that reorders whatever RC does
+// not keep in order (credits_test.go).
 type credits struct {
 	io creditIO
 	// Peers with a queue pair, in the order they got it; the owner of
@@ -133,8 +133,8 @@ func (c *credits) take(p *link, k int) {
 	}
 }
 
-// repostDue posts the delivered buffers again once a batch of them waits
-// or a peer runs low on credits.
+// repostDue posts the delivered buffers again once a batch of them waits,
+// a peer runs low on credits, or one waits for them.
 func (c *credits) repostDue() {
 	if len(c.toPost) >= vRepostBatch || c.regrant || len(c.starving) > 0 && len(c.toPost) > 0 {
 		c.repost()
